@@ -1,0 +1,211 @@
+"""Run configuration: frozen dataclasses with help text, loaded from YAML with `a.b=v` overrides.
+
+Unknown keys, wrong types and impossible values are ConfigErrors that name the key and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from obliviate.errors import ConfigError
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = _f("", "local directory or hub id of a causal LM (safetensors); the starting model θ0")
+    tokenizer: str | None = _f(None, "tokenizer path or hub id when it differs from `path`")
+    dtype: str = _f("float32", "float32 | bfloat16 | float16")
+    attn_implementation: str = _f("sdpa", "eager | sdpa | any backend transformers knows")
+    trust_remote_code: bool = _f(False, "allow custom model code from the hub (off unless you trust it)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = _f("", "directory of <split>.jsonl files (TOFU layout), a file, or a hub dataset id")
+    forget_split: str = _f("forget10", "the data to forget")
+    retain_split: str = _f("retain90", "data to keep (must not share questions with the forget split)")
+    max_length: int = _f(256, "max tokens per example; the prompt is kept, the answer cut at the right")
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    forget: str = _f("asu", "forget objective (obliviate ls)")
+    forget_args: dict = _f({}, "hyper-parameters of the forget objective, e.g. {tau: 3.0, layers: [0]}")
+    retain: str | None = _f("kl", "retain term (nll | kl | ...); null for none")
+    retain_args: dict = _f({}, "hyper-parameters of the retain term")
+    gamma: float = _f(1.0, "forget weight γ")
+    alpha: float = _f(1.0, "retain weight α")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: float = _f(5.0, "passes over the forget (or fine-tune) set")
+    max_steps: int | None = _f(None, "optimizer steps; overrides epochs when set")
+    batch_size: int = _f(8, "examples per device per micro-batch (forget and retain each)")
+    grad_accum: int = _f(1, "micro-batches per optimizer step")
+    lr: float = _f(1e-5, "peak learning rate (AdamW)")
+    weight_decay: float = _f(0.01, "AdamW weight decay")
+    scheduler: str = _f("linear", "linear | cosine | constant | constant_with_warmup (transformers)")
+    warmup_ratio: float = _f(0.0, "share of steps used for linear warm-up")
+    max_grad_norm: float | None = _f(1.0, "gradient clipping norm; null to disable")
+    seed: int = _f(0, "seed for initialisation order, shuffling and forget/retain pairing")
+    cpu: bool = _f(False, "force the CPU even when a GPU is present")
+    progress: bool = _f(True, "show a rich progress bar")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    enabled: bool = _f(True, "evaluate after training")
+    source: str | None = _f(None, "evaluation data directory / hub id (defaults to data.source)")
+    forget_split: str | None = _f("forget10_perturbed", "forget split with paraphrased/perturbed answers")
+    retain_split: str | None = _f("retain_perturbed", "retain split with paraphrased/perturbed answers")
+    real_authors_split: str | None = _f("real_authors_perturbed", "real-authors split (3 perturbed answers)")
+    world_facts_split: str | None = _f("world_facts_perturbed", "world-facts split (3 perturbed answers)")
+    retain_model: str | None = _f(None, "model trained without the forget set (for forget_quality)")
+    max_new_tokens: int = _f(200, "greedy generation length (TOFU: 200)")
+    batch_size: int = _f(16, "evaluation batch size")
+    max_examples: int | None = _f(None, "evaluate only the first N rows of each split (quick looks)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig = _f(None, "starting model", )
+    data: DataConfig = _f(None, "forget / retain data")
+    method: MethodConfig = _f(None, "forget objective + retain term")
+    train: TrainConfig = _f(None, "optimisation")
+    eval: EvalConfig = _f(None, "evaluation after training")
+    output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
+    overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _check_type(value: Any, tp: Any, key: str) -> Any:
+    """Coerce/validate one scalar value against a simple annotation; raise ConfigError otherwise."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: {value!r} is not a valid {tp}")
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp in (str, bool, dict, list) and isinstance(value, tp):
+        return value
+    name = getattr(tp, "__name__", str(tp))
+    raise ConfigError(f"{key}: expected {name}, got {type(value).__name__} {value!r}")
+
+
+def build(cls: type, raw: Mapping[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested mapping; unknown keys are errors listing the valid ones."""
+    raw = dict(raw or {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {[prefix + k for k in unknown]}; valid keys under "
+                          f"{prefix.rstrip('.') or 'the top level'}: {names}")
+    kwargs = {}
+    for name in names:
+        key, tp = prefix + name, hints[name]
+        if _is_dataclass_type(tp):
+            kwargs[name] = build(tp, raw.get(name), key + ".")
+        elif name in raw:
+            kwargs[name] = _check_type(raw[name], tp, key)
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'a.b=v' -> (['a', 'b'], v) with v parsed as YAML (so 3 is int, [0] a list, null None)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.sub=value (e.g. train.lr=1e-5)")
+    key, val = text.split("=", 1)
+    try:
+        parsed = yaml.safe_load(val) if val.strip() else ""
+    except yaml.YAMLError:
+        parsed = val
+    return key.strip().split("."), parsed
+
+
+def apply_overrides(raw: dict, overrides: Sequence[str]) -> dict:
+    """Apply `a.b=v` overrides to a nested dict (copy), creating sub-mappings as needed."""
+    out = yaml.safe_load(yaml.safe_dump(raw)) if raw else {}
+    for text in overrides:
+        path, val = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is not a section")
+        node[path[-1]] = val
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from a file, with clear errors for a missing file or bad syntax."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections (model, data, method, ...)")
+    return data
+
+
+def load_config(cls: type, path: str | Path | None, overrides: Sequence[str] = ()) -> Any:
+    """Config of type `cls` from a YAML file (optional) plus `a.b=v` overrides."""
+    raw = read_yaml(path) if path else {}
+    return build(cls, apply_overrides(raw, overrides))
+
+
+def to_dict(cfg: Any) -> dict:
+    """A plain nested dict of a config (for the resolved config written beside a run)."""
+    return dataclasses.asdict(cfg)
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(key, default, help) for every leaf field of a config class, for `--help-config`."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if _is_dataclass_type(hints[f.name]):
+            rows += describe(hints[f.name], prefix + f.name + ".")
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append((prefix + f.name, default, f.metadata.get("help", "")))
+    return rows

@@ -1,0 +1,106 @@
+"""Prompt formatting, tokenisation with prompt masking, truncation and collation.
+
+Template: the tokenizer's chat template when it has one, else `Question: {q}\\nAnswer:` followed by
+` {a}` and EOS. Prompt and answer are tokenised separately so the label mask is exact.
+Truncation policy (max_length tokens): the prompt is kept whole and the answer is cut at its right
+end (EOS included in what may be cut); if the prompt alone leaves no room for one answer token,
+the prompt is cut from the left (its end, next to the answer, is kept).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from obliviate.modeling.logprobs import IGNORE_INDEX
+
+PLAIN_PROMPT = "Question: {question}\nAnswer:"
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def prompt_text(tokenizer: Any, question: str) -> str:
+    """The text the model sees before the answer."""
+    if has_chat_template(tokenizer):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+        )
+    return PLAIN_PROMPT.format(question=question)
+
+
+def _prefix_ids(tokenizer: Any) -> list[int]:
+    """BOS for plain prompts when the tokenizer has one (chat templates write their own)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return [bos] if bos is not None and not has_chat_template(tokenizer) else []
+
+
+def prompt_ids(tokenizer: Any, question: str) -> list[int]:
+    """Token ids of the prompt (what generation starts from)."""
+    return _prefix_ids(tokenizer) + tokenizer(prompt_text(tokenizer, question), add_special_tokens=False)["input_ids"]
+
+
+def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
+    """Token ids of the answer continuation, ending in EOS."""
+    eos = tokenizer.eos_token_id
+    if has_chat_template(tokenizer):
+        p = prompt_text(tokenizer, question)
+        full = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}, {"role": "assistant", "content": answer}], tokenize=False
+        )
+        text = full[len(p):] if full.startswith(p) else answer
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids if eos is None or eos in ids else ids + [eos]
+    ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+    return ids + ([eos] if eos is not None else [])
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One tokenised example: input ids and labels (-100 on the prompt) of equal length."""
+
+    input_ids: list[int]
+    labels: list[int]
+    truncated: bool
+
+
+def encode_qa(tokenizer: Any, question: str, answer: str, max_length: int) -> Encoded:
+    """Tokenise one QA pair under the module's truncation policy."""
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2, got {max_length}")
+    p, a = prompt_ids(tokenizer, question), answer_ids(tokenizer, question, answer)
+    truncated = len(p) + len(a) > max_length
+    if len(p) > max_length - 1:
+        p = p[len(p) - (max_length - 1):]
+    a = a[: max_length - len(p)]
+    return Encoded(p + a, [IGNORE_INDEX] * len(p) + a, truncated)
+
+
+def pad_id(tokenizer: Any) -> int:
+    pid = tokenizer.pad_token_id
+    if pid is None:
+        pid = tokenizer.eos_token_id
+    if pid is None:
+        raise ValueError("tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+    return int(pid)
+
+
+def collate(examples: Sequence[Encoded], pad: int, left: bool = False) -> dict[str, Tensor]:
+    """Pad a list of Encoded into input_ids / attention_mask / labels tensors [B, T]."""
+    width = max(len(e.input_ids) for e in examples)
+    ids, att, lab = [], [], []
+    for e in examples:
+        n = width - len(e.input_ids)
+        fill_ids, fill_att, fill_lab = [pad] * n, [0] * n, [IGNORE_INDEX] * n
+        if left:
+            ids.append(fill_ids + e.input_ids); att.append(fill_att + [1] * len(e.input_ids)); lab.append(fill_lab + e.labels)
+        else:
+            ids.append(e.input_ids + fill_ids); att.append([1] * len(e.input_ids) + fill_att); lab.append(e.labels + fill_lab)
+    return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(att), "labels": torch.tensor(lab)}
+
+
+def encode_many(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
+    return [encode_qa(tokenizer, q, a, max_length) for q, a in pairs]

@@ -1,0 +1,292 @@
+"""TOFU metrics (Maini et al. 2024) exactly as METRICS.md defines them, plus the split evaluator.
+
+Pure metric functions take per-example losses as numpy arrays; `evaluate_split` / `evaluate_tofu`
+run the model (through `generate_answers` and `batched_avg_loss`) and assemble them. A number that
+cannot be computed from what was given (forget quality without a retain model, a truth ratio
+without perturbed answers) is None, and the result's notes say why: nothing is invented.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+from scipy.stats import hmean, ks_2samp
+
+from obliviate.data.rows import QARow
+from obliviate.eval.fluency import fluency_summary
+from obliviate.eval.generate import batched_avg_loss, generate_answers
+
+Kind = Literal["forget", "retain", "real_authors", "world_facts"]
+KINDS: tuple[str, ...] = ("forget", "retain", "real_authors", "world_facts")
+UTILITY_SPLITS: tuple[str, ...] = ("retain", "real_authors", "world_facts")
+UTILITY_PARTS: tuple[str, ...] = ("prob", "rougeL_recall", "truth_ratio")
+UTILITY_KEYS: tuple[str, ...] = tuple(f"{s}_{p}" for s in UTILITY_SPLITS for p in UTILITY_PARTS)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a reported number means and which direction is good (lm-evaluation-harness habit)."""
+
+    name: str
+    higher_is_better: bool
+    version: int
+    description: str
+
+
+def _table(*infos: MetricInfo) -> dict[str, MetricInfo]:
+    return {m.name: m for m in infos}
+
+
+_SPLIT_DOC = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
+              "world_facts": "world facts"}
+METRICS: dict[str, MetricInfo] = _table(
+    *(MetricInfo(f"{s}_prob", s != "forget", 1,
+                 f"{_SPLIT_DOC[s]}: mean exp(-avg_loss(q, answer))" if s in ("forget", "retain") else
+                 f"{_SPLIT_DOC[s]}: mean c/(c+sum w), length-normalised probs of answer vs perturbed")
+      for s in KINDS),
+    *(MetricInfo(f"{s}_rougeL_recall", s != "forget", 1, f"{_SPLIT_DOC[s]}: mean ROUGE-L recall, greedy answer vs answer")
+      for s in KINDS),
+    MetricInfo("forget_truth_ratio", True, 1, "forget set: mean(min(TR, 1/TR)); 1 = cannot tell true from perturbed"),
+    *(MetricInfo(f"{s}_truth_ratio", True, 1, f"{_SPLIT_DOC[s]}: mean(max(0, 1 - TR))") for s in UTILITY_SPLITS),
+    *(MetricInfo(f"{s}_fact_recall", s != "forget", 1,
+                 f"{_SPLIT_DOC[s]}: mean share of annotated fact strings found in the greedy answer")
+      for s in KINDS),
+    MetricInfo("forget_quality", True, 1, "KS-test p-value of forget TRs vs a retain model's; None without one"),
+    MetricInfo("model_utility", True, 1, "hmean of {prob, rougeL_recall, truth_ratio} x {retain, real_authors, world_facts}"),
+    MetricInfo("forget_token_entropy", True, 1, "forget set: mean normalised unigram entropy of greedy answers"),
+    MetricInfo("forget_repetition_rate", False, 1, "forget set: mean share of repeated word bigrams in greedy answers"),
+    MetricInfo("forget_degenerate_share", False, 1, "forget set: share of empty/degenerate greedy answers"),
+)
+
+
+def truth_ratio(correct_loss: np.ndarray, perturbed_loss: np.ndarray) -> np.ndarray:
+    """TOFU truth ratio exp(-mean_i perturbed_i) / exp(-correct), in log space. [N], [N, K] -> [N]."""
+    c, p = np.asarray(correct_loss, dtype=np.float64), np.asarray(perturbed_loss, dtype=np.float64)
+    if c.ndim != 1 or p.ndim != 2 or p.shape[0] != c.shape[0] or p.shape[1] == 0:
+        raise ValueError(f"truth_ratio needs correct_loss [N] and perturbed_loss [N, K>0]; got {c.shape} and {p.shape}")
+    return np.exp(c - p.mean(axis=1))
+
+
+def forget_truth_ratio(tr: np.ndarray) -> float:
+    """TOFU forget-set truth ratio: mean(min(TR, 1/TR)). tr: [N] -> scalar."""
+    tr = _nonempty(tr, "truth ratios")
+    return float(np.mean(np.minimum(tr, 1.0 / tr)))
+
+
+def retain_truth_ratio(tr: np.ndarray) -> float:
+    """TOFU retain / real-authors / world-facts truth ratio: mean(max(0, 1 - TR)). tr: [N] -> scalar."""
+    tr = _nonempty(tr, "truth ratios")
+    return float(np.mean(np.maximum(0.0, 1.0 - tr)))
+
+
+def normalised_prob(correct_loss: np.ndarray, option_losses: np.ndarray) -> np.ndarray:
+    """TOFU real-authors/world-facts Prob c/(c + sum_i w_i), c = exp(-correct), w_i = exp(-option_i). [N], [N, K] -> [N]."""
+    c, w = np.asarray(correct_loss, dtype=np.float64), np.asarray(option_losses, dtype=np.float64)
+    if c.ndim != 1 or w.ndim != 2 or w.shape[0] != c.shape[0]:
+        raise ValueError(f"normalised_prob needs correct_loss [N] and option_losses [N, K]; got {c.shape} and {w.shape}")
+    # log c - log(c + sum w) = -c_loss - logsumexp(-[c_loss, w_losses]): stable for large losses.
+    return np.exp(-c - logsumexp(-np.concatenate([c[:, None], w], axis=1), axis=1))
+
+
+def forget_quality(tr_unlearned: np.ndarray, tr_retain_model: np.ndarray | None) -> float | None:
+    """TOFU forget quality: p-value of ks_2samp(forget TRs, retain model's forget TRs); None without the latter.
+
+    TOFU's code feeds exp(perturbed - paraphrased) = 1/TR; KS is invariant under that monotone map.
+    """
+    if tr_retain_model is None or len(tr_retain_model) == 0:
+        return None
+    a = _nonempty(tr_unlearned, "forget truth ratios of the unlearned model")
+    b = np.asarray(tr_retain_model, dtype=np.float64)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("forget_quality: truth ratios must be finite")
+    return float(ks_2samp(a, b).pvalue)
+
+
+def model_utility(values: Mapping[str, float | None]) -> float:
+    """TOFU model utility: scipy.stats.hmean of the 9 numbers UTILITY_KEYS; a zero gives 0."""
+    missing = [k for k in UTILITY_KEYS if values.get(k) is None]
+    if missing:
+        raise ValueError(f"model_utility needs all of {', '.join(UTILITY_KEYS)}; missing: {', '.join(missing)}")
+    nums = np.array([float(values[k]) for k in UTILITY_KEYS])  # type: ignore[arg-type]
+    bad = [k for k, v in zip(UTILITY_KEYS, nums) if not (np.isfinite(v) and v >= 0)]
+    if bad:
+        raise ValueError(f"model_utility needs finite non-negative numbers; bad: {', '.join(bad)}")
+    if np.any(nums == 0):
+        return 0.0  # the harmonic mean's limit; scipy would warn about division by zero
+    return float(hmean(nums))
+
+
+@lru_cache(maxsize=1)
+def _scorer() -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+
+
+def rouge_recall(generations: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """TOFU ROUGE-L recall of each generation against its target (METRICS.md "ROUGE"). -> [N]."""
+    if len(generations) != len(targets):
+        raise ValueError(f"rouge_recall: {len(generations)} generations but {len(targets)} targets")
+    scorer = _scorer()
+    return np.array([scorer.score(t, g)["rougeL"].recall for g, t in zip(generations, targets)], dtype=np.float64)
+
+
+def fact_recall(generations: Sequence[str], rows: Sequence[QARow]) -> float | None:
+    """Mean over fact-annotated rows of the share of row.facts() found (case-insensitive) in the generation."""
+    if len(generations) != len(rows):
+        raise ValueError(f"fact_recall: {len(generations)} generations but {len(rows)} rows")
+    shares = []
+    for gen, row in zip(generations, rows):
+        facts = row.facts()
+        if facts:
+            low = gen.lower()
+            shares.append(sum(f.lower() in low for f in facts) / len(facts))
+    return float(np.mean(shares)) if shares else None
+
+
+def _nonempty(x: Any, what: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"expected a non-empty 1-D array of {what}, got shape {arr.shape}")
+    return arr
+
+
+@dataclass
+class SplitResult:
+    """Per-example results of one split ([N] arrays; None where METRICS.md's definition cannot apply)."""
+
+    kind: str
+    avg_loss: np.ndarray
+    prob: np.ndarray | None
+    truth_ratio: np.ndarray | None
+    rougeL_recall: np.ndarray
+    generations: list[str]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+
+def _perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
+    """K, the number of perturbed answers per row, or None and the reason truth ratios cannot be computed."""
+    lacking = sum(1 for r in rows if not r.perturbed_answer)
+    if lacking:
+        return None, f"{lacking} of {len(rows)} rows lack perturbed answers: truth ratio not computed"
+    counts = sorted({len(r.perturbed_answer) for r in rows})
+    if len(counts) > 1:
+        return None, f"rows hold different numbers of perturbed answers {counts}: truth ratio not computed"
+    return counts[0], None
+
+
+def _correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
+    """The TR 'correct' answer per row (paraphrase on forget/retain, answer on ra/wf) and the fallback count."""
+    if kind in ("real_authors", "world_facts"):
+        return [r.answer for r in rows], 0
+    fallback = sum(r.paraphrased_answer is None for r in rows)
+    return [r.answer if r.paraphrased_answer is None else r.paraphrased_answer for r in rows], fallback
+
+
+def _split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: list[str] | None, k: int | None,
+                  batch_size: int, max_length: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """One batched pass: avg_loss of answers [N], of the separate correct answers [N] (if any), of perturbed [N, K]."""
+    n = len(rows)
+    pairs = [(r.question, r.answer) for r in rows]
+    if correct is not None:
+        pairs += [(r.question, c) for r, c in zip(rows, correct)]
+    if k is not None:
+        pairs += [(r.question, p) for r in rows for p in r.perturbed_answer]
+    losses = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length)
+    end = 2 * n if correct is not None else n
+    return losses[:n], (losses[n:end] if correct is not None else None), (losses[end:].reshape(n, k) if k else None)
+
+
+def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: Kind, max_new_tokens: int = 200,
+                   batch_size: int = 16, max_length: int = 256) -> SplitResult:
+    """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (METRICS.md "TOFU")."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown split kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if not rows:
+        raise ValueError(f"split {kind!r} has no rows to evaluate")
+    notes: list[str] = []
+    k, why = _perturbed_count(rows)
+    if why:
+        notes.append(why)
+    qa_split = kind in ("forget", "retain")
+    correct, fallback = _correct_answers(rows, kind)
+    if qa_split and k is not None and fallback:
+        notes.append(f"{fallback} of {len(rows)} rows lack paraphrased_answer: their truth ratio uses the answer")
+    answer_loss, para_loss, pert_loss = _split_losses(
+        model, tokenizer, rows, correct if qa_split and k is not None else None, k, batch_size, max_length)
+    tr = None if pert_loss is None else truth_ratio(para_loss if qa_split else answer_loss, pert_loss)
+    if qa_split:
+        prob: np.ndarray | None = np.exp(-answer_loss)
+    elif pert_loss is not None:
+        prob = normalised_prob(answer_loss, pert_loss)
+    else:
+        prob = None
+        notes.append("prob not computed: real-authors/world-facts Prob is normalised over perturbed answers")
+    generations = generate_answers(model, tokenizer, [r.question for r in rows],
+                                   max_new_tokens=max_new_tokens, batch_size=batch_size)
+    rouge = rouge_recall(generations, [r.answer for r in rows])
+    summary = {
+        "n": len(rows),
+        "prob": None if prob is None else float(prob.mean()),
+        "rougeL_recall": float(rouge.mean()),
+        "truth_ratio": None if tr is None else (forget_truth_ratio(tr) if kind == "forget" else retain_truth_ratio(tr)),
+        "fact_recall": fact_recall(generations, rows),
+        "n_perturbed": k,
+        "n_paraphrase_fallback": fallback if qa_split else 0,
+        "notes": notes,
+    }
+    return SplitResult(kind, answer_loss, prob, tr, rouge, generations, summary)
+
+
+def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARow]], *,
+                  retain_model_forget_tr: np.ndarray | None = None, max_new_tokens: int = 200,
+                  batch_size: int = 16, max_length: int = 256) -> dict[str, Any]:
+    """All TOFU metrics of METRICS (None where undefined, with a note), per-example forget TRs and generations."""
+    unknown = sorted(set(splits) - set(KINDS))
+    if unknown or not splits:
+        raise ValueError(f"splits must be a non-empty dict keyed by {', '.join(KINDS)}; unknown: {unknown or 'none'}")
+    out: dict[str, Any] = {name: None for name in METRICS}
+    notes: list[str] = []
+    results = {}
+    for kind in (k for k in KINDS if k in splits):
+        res = evaluate_split(model, tokenizer, splits[kind], kind=kind,  # type: ignore[arg-type]
+                             max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length)
+        results[kind] = res
+        out.update({f"{kind}_{p}": res.summary[p] for p in ("prob", "rougeL_recall", "truth_ratio", "fact_recall")})
+        notes += [f"{kind}: {n}" for n in res.summary["notes"]]
+    out.update(_forget_extras(results.get("forget"), retain_model_forget_tr, tokenizer, notes))
+    missing = [k for k in UTILITY_KEYS if out.get(k) is None]
+    if missing:
+        notes.append(f"model_utility undefined: missing {', '.join(missing)}")
+    else:
+        out["model_utility"] = model_utility(out)
+    out["notes"] = notes
+    return out
+
+
+def _forget_extras(res: SplitResult | None, retain_tr: np.ndarray | None, tokenizer: Any,
+                   notes: list[str]) -> dict[str, Any]:
+    """Forget quality, per-example forget TRs, forget generations and their fluency (appends to notes)."""
+    if res is None:
+        notes.append("no forget split: forget metrics and forget_quality undefined")
+        return {"forget_truth_ratio_per_example": None, "forget_generations": None}
+    fq = None
+    if retain_tr is None or len(retain_tr) == 0:
+        notes.append("forget_quality undefined: no retain-model forget truth ratios given")
+    elif res.truth_ratio is None:
+        notes.append("forget_quality undefined: forget truth ratios could not be computed")
+    else:
+        fq = forget_quality(res.truth_ratio, retain_tr)
+    flu = fluency_summary(res.generations, tokenizer)
+    return {
+        "forget_quality": fq,
+        "forget_token_entropy": flu["token_entropy"],
+        "forget_repetition_rate": flu["repetition_rate"],
+        "forget_degenerate_share": flu["degenerate_share"],
+        "forget_truth_ratio_per_example": None if res.truth_ratio is None else res.truth_ratio.tolist(),
+        "forget_generations": list(res.generations),
+    }

@@ -1,0 +1,106 @@
+"""The ONE place that shifts, masks and reduces token log-probs and KL divergences.
+
+Convention: a batch holds `input_ids` [B, T], `attention_mask` [B, T] and `labels` [B, T] with
+-100 on prompt and padding positions. Position t of the logits predicts token t+1, so every
+statistic here is aligned to the shifted targets `labels[:, 1:]` and has length T-1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TokenStats:
+    """Statistics of one model on one batch, aligned to next-token targets.
+
+    logits: [B, T-1, V] (may be None when only token log-probs were kept);
+    token_logp: [B, T-1] log p(y_t | x, y_<t) (0 where mask is False);
+    mask: [B, T-1] bool, True on answer tokens that count.
+    """
+
+    logits: Tensor | None
+    token_logp: Tensor
+    mask: Tensor
+    _log_probs: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def n_tokens(self) -> Tensor:
+        """[B] number of counted tokens, at least 1 (so empty answers give 0, not NaN)."""
+        return self.mask.sum(-1).clamp_min(1).to(self.token_logp.dtype)
+
+    @property
+    def logp(self) -> Tensor:
+        """[B] summed answer log-prob `logp_θ(y|x)` (METHODS.md notation)."""
+        return (self.token_logp * self.mask).sum(-1)
+
+    @property
+    def nll(self) -> Tensor:
+        """[B] mean per-token negative log-likelihood `-logp/|y|`."""
+        return -self.logp / self.n_tokens
+
+    def log_probs(self) -> Tensor:
+        """[B, T-1, V] log-softmax over the vocabulary (computed once, in float32 or wider)."""
+        if self.logits is None:
+            raise ValueError("these TokenStats were built without logits (keep_logits=False)")
+        if self._log_probs is None:
+            self._log_probs = F.log_softmax(self.logits.float(), dim=-1)
+        return self._log_probs
+
+
+def shift_labels(labels: Tensor) -> tuple[Tensor, Tensor]:
+    """[B, T] labels -> ([B, T-1] targets with ignored positions set to 0, [B, T-1] bool mask)."""
+    targets = labels[:, 1:]
+    mask = targets != IGNORE_INDEX
+    return targets.masked_fill(~mask, 0), mask
+
+
+def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> TokenStats:
+    """Token log-probs of `labels` under `logits`. logits [B, T, V], labels [B, T] -> TokenStats."""
+    targets, mask = shift_labels(labels)
+    shifted = logits[:, :-1, :]
+    logp = torch.gather(F.log_softmax(shifted.float(), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    logp = logp * mask
+    return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask)
+
+
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
+    """The keys a causal LM forward takes from a collated batch (labels are not passed: no HF loss)."""
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+
+def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True) -> TokenStats:
+    """Run `model` on a collated batch and return its TokenStats on the batch's labels."""
+    out = model(**model_inputs(batch), use_cache=False)
+    return token_stats(out.logits, batch["labels"], keep_logits=keep_logits)
+
+
+def kl_per_token(p_log_probs: Tensor, q_log_probs: Tensor) -> Tensor:
+    """KL(p ‖ q) per position. Inputs [..., V] log-probabilities -> [...]; p is the target."""
+    return (p_log_probs.exp() * (p_log_probs - q_log_probs)).sum(-1)
+
+
+def sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of `values` [B, T] over the True positions of `mask` per row -> [B] (0 for empty rows)."""
+    m = mask.to(values.dtype)
+    return (values * m).sum(-1) / m.sum(-1).clamp_min(1)
+
+
+def masked_token_kl(p: TokenStats, q: TokenStats) -> Tensor:
+    """[B] mean over answer tokens of KL(p ‖ q); the mask of `q` (the student) decides what counts."""
+    if p.mask.shape != q.mask.shape:
+        raise ValueError(f"teacher and student batches differ in shape: {tuple(p.mask.shape)} vs {tuple(q.mask.shape)}")
+    kl = kl_per_token(p.log_probs(), q.log_probs())
+    return sequence_mean(kl, q.mask)
+
+
+@torch.no_grad()
+def per_example_avg_loss(model: torch.nn.Module, batch: Mapping[str, Any]) -> Tensor:
+    """[B] mean answer-token NLL of each example (METRICS.md `avg_loss`), no gradients kept."""
+    return forward_stats(model, batch, keep_logits=False).nll

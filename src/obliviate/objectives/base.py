@@ -1,0 +1,71 @@
+"""Objective specs: a registered loss function plus what it needs from the loop.
+
+A loss takes TokenStats (obliviate.modeling.logprobs) and keyword-only hyper-parameters and
+returns a scalar to MINIMISE. `needs` names the extra statistics the loop must provide:
+"reference" (frozen θ0 on the same batch) or "teacher" (frozen θ0 with smoothed attention).
+`teacher_params` are hyper-parameters the loop uses to build the teacher (ASU's tau, layers).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from obliviate.errors import ConfigError
+from obliviate.registry import Registry
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """A registered forget objective or retain term."""
+
+    name: str
+    fn: Callable[..., Any]
+    needs: tuple[str, ...] = ()
+    teacher_params: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+    def loss_defaults(self) -> dict[str, Any]:
+        """Keyword-only hyper-parameters of the loss and their defaults."""
+        sig = inspect.signature(self.fn)
+        return {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
+
+    def defaults(self) -> dict[str, Any]:
+        """Every hyper-parameter a config may set for this objective, with its default."""
+        return {**self.loss_defaults(), **dict(self.teacher_params)}
+
+    def resolve(self, args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Split user args into (loss kwargs, teacher kwargs), defaults filled; unknown keys are errors."""
+        args = dict(args or {})
+        valid = self.defaults()
+        unknown = sorted(set(args) - set(valid))
+        if unknown:
+            raise ConfigError(f"unknown hyper-parameter(s) {unknown} for {self.name!r}; "
+                              f"valid keys: {sorted(valid) or 'none'}")
+        merged = {**valid, **args}
+        loss = {k: merged[k] for k in self.loss_defaults()}
+        teacher = {k: merged[k] for k in self.teacher_params}
+        return loss, teacher
+
+
+FORGET: Registry[ObjectiveSpec] = Registry("forget objective")
+RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
+
+
+def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], teacher_params: Mapping[str, Any] | None):
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        reg.add(name, ObjectiveSpec(name, fn, needs, dict(teacher_params or {}), doc[0] if doc else ""))
+        return fn
+
+    return deco
+
+
+def forget_objective(name: str, *, needs: tuple[str, ...] = (), teacher_params: Mapping[str, Any] | None = None):
+    """Decorator registering a forget objective (a loss to minimise on the forget batch)."""
+    return _register(FORGET, name, needs, teacher_params)
+
+
+def retain_term(name: str, *, needs: tuple[str, ...] = ()):
+    """Decorator registering a retain term (a loss to minimise on the retain batch)."""
+    return _register(RETAIN, name, needs, None)
