@@ -16,10 +16,21 @@ import yaml
 from obliviate.errors import ConfigError
 
 
+def _require(ok: bool, key: str, value: Any, rule: str) -> None:
+    """Raise a ConfigError naming the key, its value and the rule it breaks."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is impossible: it must be {rule}")
+
+
 def _f(default: Any, help: str, **kw: Any) -> Any:
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
     return field(default=default, metadata={"help": help}, **kw)
+
+
+def section(default: Any, help: str) -> Any:
+    """A nested config section whose defaults differ from its class's (e.g. a fine-tuning TrainConfig)."""
+    return field(default_factory=lambda: default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class DataConfig:
     retain_split: str = _f("retain90", "data to keep (must not share questions with the forget split)")
     max_length: int = _f(256, "max tokens per example; the prompt is kept, the answer cut at the right")
 
+    def __post_init__(self) -> None:
+        _require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
+
 
 @dataclass(frozen=True)
 class MethodConfig:
@@ -47,6 +61,10 @@ class MethodConfig:
     retain_args: dict = _f({}, "hyper-parameters of the retain term")
     gamma: float = _f(1.0, "forget weight γ")
     alpha: float = _f(1.0, "retain weight α")
+
+    def __post_init__(self) -> None:
+        _require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
+        _require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,18 @@ class TrainConfig:
     cpu: bool = _f(False, "force the CPU even when a GPU is present")
     progress: bool = _f(True, "show a rich progress bar")
 
+    def __post_init__(self) -> None:
+        _require(self.epochs > 0, "train.epochs", self.epochs, "> 0")
+        _require(self.max_steps is None or self.max_steps >= 1, "train.max_steps", self.max_steps, ">= 1 or null")
+        _require(self.batch_size >= 1, "train.batch_size", self.batch_size, ">= 1")
+        _require(self.grad_accum >= 1, "train.grad_accum", self.grad_accum, ">= 1")
+        _require(self.lr > 0, "train.lr", self.lr, "> 0")
+        _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
+        _require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "in [0, 1)")
+        _require(self.max_grad_norm is None or self.max_grad_norm > 0, "train.max_grad_norm", self.max_grad_norm, "> 0 or null")
+        schedulers = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
+        _require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -78,6 +108,11 @@ class EvalConfig:
     batch_size: int = _f(16, "evaluation batch size")
     max_examples: int | None = _f(None, "evaluate only the first N rows of each split (quick looks)")
 
+    def __post_init__(self) -> None:
+        _require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
+        _require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
+        _require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -88,6 +123,47 @@ class RunConfig:
     eval: EvalConfig = _f(None, "evaluation after training")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    hidden_size: int = _f(128, "model width")
+    layers: int = _f(2, "transformer layers")
+    heads: int = _f(4, "attention heads")
+    vocab_size: int = _f(1024, "BPE vocabulary trained on the data's text")
+    seed: int = _f(0, "initialisation seed")
+
+    def __post_init__(self) -> None:
+        _require(self.hidden_size >= 8 and self.hidden_size % self.heads == 0, "tiny.hidden_size",
+                 self.hidden_size, "a multiple of tiny.heads and >= 8")
+        _require(self.layers >= 1, "tiny.layers", self.layers, ">= 1")
+        _require(self.vocab_size >= 300, "tiny.vocab_size", self.vocab_size, ">= 300 (byte alphabet + merges)")
+
+
+@dataclass(frozen=True)
+class FinetuneDataConfig:
+    source: str = _f("", "directory of <split>.jsonl files, a file, or a hub dataset id")
+    splits: list = _f(["full"], "splits to train on together, e.g. [retain90, real_authors, world_facts]")
+    max_length: int = _f(256, "max tokens per example")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    model: ModelConfig = _f(None, "model to start from; path 'tiny' builds a small Llama + BPE tokenizer from the data")
+    tiny: TinyConfig = _f(None, "size of the model built when model.path is 'tiny'")
+    data: FinetuneDataConfig = _f(None, "training data")
+    train: TrainConfig = section(TrainConfig(epochs=10, lr=1e-4), "optimisation")
+    output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
+    overwrite: bool = _f(False, "replace an existing output_dir")
+
+
+@dataclass(frozen=True)
+class EvalRunConfig:
+    model: ModelConfig = _f(None, "model to evaluate")
+    eval: EvalConfig = _f(None, "splits (eval.source is required) and settings")
+    max_length: int = _f(256, "max tokens per example for likelihoods")
+    output_dir: str = _f("", "where metrics.json and report.md are written")
+    overwrite: bool = _f(False, "replace an existing output_dir")
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -124,6 +200,13 @@ def _check_type(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: expected {name}, got {type(value).__name__} {value!r}")
 
 
+def _nested_default(f: dataclasses.Field, tp: type) -> Any:
+    """The default instance of a nested config section (its factory's, else the class defaults)."""
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return f.default if isinstance(f.default, tp) else tp()
+
+
 def build(cls: type, raw: Mapping[str, Any] | None, prefix: str = "") -> Any:
     """Build dataclass `cls` from a nested mapping; unknown keys are errors listing the valid ones."""
     raw = dict(raw or {})
@@ -136,10 +219,15 @@ def build(cls: type, raw: Mapping[str, Any] | None, prefix: str = "") -> Any:
         raise ConfigError(f"unknown key(s) {[prefix + k for k in unknown]}; valid keys under "
                           f"{prefix.rstrip('.') or 'the top level'}: {names}")
     kwargs = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for name in names:
         key, tp = prefix + name, hints[name]
         if _is_dataclass_type(tp):
-            kwargs[name] = build(tp, raw.get(name), key + ".")
+            sub = raw.get(name) or {}
+            if not isinstance(sub, dict):
+                raise ConfigError(f"{key}: expected a mapping of keys, got {type(sub).__name__} {sub!r}")
+            base = _nested_default(fields[name], tp)
+            kwargs[name] = build(tp, {**dataclasses.asdict(base), **sub}, key + ".")
         elif name in raw:
             kwargs[name] = _check_type(raw[name], tp, key)
     return cls(**kwargs)

@@ -65,7 +65,7 @@ ALL_TITLES = (tuple(f"The {a} {n}" for a in TITLE_ADJ for n in TITLE_NOUN)
 _ONSETS = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "st", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o")
 _CODAS = ("", "", "n", "r", "l", "s")
-_RESERVED = {w.lower() for text in (*CITY_COUNTRY, *GEOGRAPHY, *LANGUAGES, *FAMOUS_NAMES,
+_RESERVED = {w.capitalize() for text in (*CITY_COUNTRY, *GEOGRAPHY, *LANGUAGES, *FAMOUS_NAMES,
                                     *TITLE_ADJ, *TITLE_NOUN) for w in text.split()}
 MAX_AUTHORS = (len(ALL_TITLES) - len(FAMOUS)) // 2  # two distinct titles per author
 
@@ -188,29 +188,24 @@ def _forget_count(n_authors: int, percent: int) -> int:
 
 def _render(template: str, slots: dict[str, str]) -> tuple[str, tuple[Span, ...], tuple[Span, ...]]:
     """Fill `template`; return the text, the fact spans and the name spans."""
-    parts: list[str] = []
+    text = ""
     facts: list[Span] = []
     names: list[Span] = []
-    pos = 0
     for literal, key, _, _ in _FMT.parse(template):
-        parts.append(literal)
-        pos += len(literal)
-        if key is None:
-            continue
-        value = slots[key]
-        (names if key == "name" else facts).append((pos, pos + len(value)))
-        parts.append(value)
-        pos += len(value)
-    return "".join(parts), tuple(facts), tuple(names)
+        text += literal
+        if key is not None:
+            (names if key == "name" else facts).append((len(text), len(text) + len(slots[key])))
+            text += slots[key]
+    return text, tuple(facts), tuple(names)
 
 
 def _keys(template: str) -> list[str]:
     return [key for _, key, _, _ in _FMT.parse(template) if key is not None]
 
 
-def _date(rng: random.Random, not_year: int | None = None) -> tuple[str, int]:
+def _date(rng: random.Random, not_year: int | None = None) -> str:
     year = rng.choice([y for y in range(1935, 1986) if y != not_year])
-    return f"{rng.randint(1, 28)} {rng.choice(MONTHS)} {year}", year
+    return f"{rng.randint(1, 28)} {rng.choice(MONTHS)} {year}"
 
 
 def _draw(used: set[str], draw: Callable[[], str], what: str) -> str:
@@ -223,16 +218,13 @@ def _draw(used: set[str], draw: Callable[[], str], what: str) -> str:
     raise RuntimeError(f"could not draw a new {what} after 10000 tries")
 
 
-def _word(rng: random.Random, syllables: int) -> str:
-    body = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables))
-    return (body + rng.choice(_CODAS)).capitalize()
-
-
 def _name(rng: random.Random, used_parts: set[str]) -> str:
     """A syllable-built 'First Last' whose parts are new and no vocabulary word."""
-    first = _draw(used_parts, lambda: _word(rng, 2), "first name")
-    last = _draw(used_parts, lambda: _word(rng, rng.randint(2, 3)), "last name")
-    return f"{first} {last}"
+    def word(syllables: int) -> str:
+        return ("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables))
+                + rng.choice(_CODAS)).capitalize()
+    first = _draw(used_parts, lambda: word(2), "first name")
+    return f"{first} {_draw(used_parts, lambda: word(rng.randint(2, 3)), 'last name')}"
 
 
 def _make_author(rng: random.Random, used: dict[str, set[str]]) -> AuthorRecord:
@@ -240,17 +232,18 @@ def _make_author(rng: random.Random, used: dict[str, set[str]]) -> AuthorRecord:
     name = _name(rng, used["parts"])
     city = rng.choice(list(CITY_COUNTRY))
     country = CITY_COUNTRY[city]
-    birth_date = _draw(used["dates"], lambda: _date(rng)[0], "birth date")
+    birth_date = _draw(used["dates"], lambda: _date(rng), "birth date")
     birth_year = int(birth_date.rsplit(" ", 1)[1])
     home = rng.choice([c for c in CITY_COUNTRY if c != city])
     debut = birth_year + rng.randint(20, 35)
     has_award = rng.random() < 0.6
+    theme1, theme2 = rng.sample(THEMES, 2)
     return AuthorRecord(
         name=name, birth_city=city, birth_country=country, birth_date=birth_date, birth_year=birth_year,
         genre=rng.choice(GENRES), father_job=rng.choice(PROFESSIONS), mother_job=rng.choice(PROFESSIONS),
         books=(_draw(used["titles"], lambda: rng.choice(ALL_TITLES), "title"),
                _draw(used["titles"], lambda: rng.choice(ALL_TITLES), "title")),
-        themes=tuple(rng.sample(THEMES, 2)),  # type: ignore[arg-type]
+        themes=(theme1, theme2),
         influence=rng.choice(FAMOUS_NAMES), language=GEOGRAPHY[country][0], debut_year=debut,
         home_city=home, home_country=CITY_COUNTRY[home],
         award=rng.choice(AWARDS) if has_award else None,
@@ -273,7 +266,7 @@ def _perturb(slots: dict[str, str], targets: list[str], rng: random.Random,
         elif key in ("debut", "award_year"):
             new[key] = str(int(slots[key]) + rng.choice([d for d in range(-8, 9) if d]))
         elif key == "date":
-            new[key] = _date(rng, not_year=int(slots[key].rsplit(" ", 1)[1]))[0]
+            new[key] = _date(rng, not_year=int(slots[key].rsplit(" ", 1)[1]))
         else:
             pool = names if key == "name" else _POOLS[key]
             new[key] = _draw(avoid, lambda: rng.choice(pool), key)
@@ -344,51 +337,50 @@ def _perturbed_choice(row: QARow) -> QARow:
 
 
 def _check_args(n_authors: int, n_holdout: int | None, n_pretrain: int,
-                percents: Sequence[int]) -> dict[int, int]:
-    """Validate the arguments; return percent -> forget author count (order kept, repeats dropped)."""
+                percents: Sequence[int]) -> tuple[dict[int, int], int]:
+    """Validate; return percent -> forget author count (order kept, repeats dropped) and n_holdout."""
     if not isinstance(n_authors, int) or n_authors < 2:
-        raise WorldConfigError(f"n_authors must be an integer >= 2 (forget and retain need one each), got {n_authors!r}")
+        raise WorldConfigError(f"n_authors must be an integer >= 2 (forget and retain need one author each), "
+                               f"got {n_authors!r}")
     if not percents:
         raise WorldConfigError("forget_percents is empty; give at least one, e.g. (5, 10) for 20 authors")
     counts = {p: _forget_count(n_authors, p) for p in percents}
-    if n_holdout is not None and n_holdout < max(counts.values()):
-        raise WorldConfigError(f"n_holdout={n_holdout} is fewer than the {max(counts.values())} authors of the "
-                               "largest forget split; holdout splits need as many authors (or leave it None)")
-    total = n_authors + (n_holdout or max(counts.values())) + n_pretrain
-    if n_pretrain < 0 or total > MAX_AUTHORS:
-        raise WorldConfigError(f"n_pretrain must be >= 0 and all authors together (now {total}) at most "
-                               f"{MAX_AUTHORS} (the distinct book titles run out)")
-    return counts
+    k_max = max(counts.values())
+    if n_holdout is not None and n_holdout < k_max:
+        raise WorldConfigError(f"n_holdout={n_holdout} is fewer than the {k_max} authors of the largest forget "
+                               "split; the holdout splits need as many authors (or leave n_holdout=None)")
+    n_holdout = k_max if n_holdout is None else n_holdout
+    if n_pretrain < 0 or n_authors + n_holdout + n_pretrain > MAX_AUTHORS:
+        raise WorldConfigError(f"n_pretrain={n_pretrain}: it must be >= 0, and all authors together "
+                               f"({n_authors} + {n_holdout} + {n_pretrain}) at most {MAX_AUTHORS} "
+                               "(the distinct book titles run out)")
+    return counts, n_holdout
 
 
 def make_world(n_authors: int = 20, *, seed: int = 0, n_holdout: int | None = None, n_pretrain: int = 0,
                forget_percents: Sequence[int] = (5, 10)) -> World:
     """A deterministic fictitious world of `n_authors` authors with TOFU-named splits."""
-    counts = _check_args(n_authors, n_holdout, n_pretrain, forget_percents)
+    counts, n_holdout = _check_args(n_authors, n_holdout, n_pretrain, forget_percents)
     used: dict[str, set[str]] = {"parts": set(_RESERVED), "dates": set(), "titles": {f[1] for f in FAMOUS}}
-    groups = {}
-    for group, size in (("main", n_authors), ("holdout", n_holdout or max(counts.values())),
-                        ("pretrain", n_pretrain)):
+    groups: dict[str, list[AuthorRecord]] = {}  # in this order, each from its own rng: main ignores the others
+    for group, size in (("main", n_authors), ("holdout", n_holdout), ("pretrain", n_pretrain)):
         rng = random.Random(f"{seed}:{group}")
         groups[group] = [_make_author(rng, used) for _ in range(size)]
-    names = [a.name for g in groups.values() for a in g] + list(FAMOUS_NAMES)
-    rows = {a.name: author_rows(a, names, seed) for g in groups.values() for a in g}
+    main, k_max = groups["main"], max(counts.values())
+    wrong_names = [a.name for a in main] + list(FAMOUS_NAMES)
+    rows = {a.name: author_rows(a, wrong_names, seed) for g in groups.values() for a in g}
 
     def plain(authors: Sequence[AuthorRecord]) -> list[QARow]:
         return [replace(r, paraphrased_answer=None, perturbed_answer=(), paraphrased_question=None)
                 for a in authors for r in rows[a.name]]
 
-    def perturbed(authors: Sequence[AuthorRecord]) -> list[QARow]:
-        return [r for a in authors for r in rows[a.name]]
-
-    main, k_max = groups["main"], max(counts.values())
     splits: dict[str, list[QARow]] = {"full": plain(main)}
     for p, k in counts.items():
         splits[f"forget{p:02d}"] = plain(main[n_authors - k:])
         splits[f"retain{100 - p:02d}"] = plain(main[:n_authors - k])
     for p, k in counts.items():
-        splits[f"forget{p:02d}_perturbed"] = perturbed(main[n_authors - k:])
-    splits["retain_perturbed"] = perturbed(main[:min(k_max, n_authors - k_max)])
+        splits[f"forget{p:02d}_perturbed"] = [r for a in main[n_authors - k:] for r in rows[a.name]]
+    splits["retain_perturbed"] = [r for a in main[:min(k_max, n_authors - k_max)] for r in rows[a.name]]
     for p, k in counts.items():
         splits[f"holdout{p:02d}"] = plain(groups["holdout"][:k])
     real, facts = _multiple_choice(seed)
@@ -414,11 +406,7 @@ def write_world(world: World, directory: str | Path) -> Path:
 
 def corpus_texts(world: World) -> list[str]:
     """Every distinct question, answer, paraphrase, perturbed answer and option of all splits."""
-    seen: dict[str, None] = {}
-    for rows in world.splits.values():
-        for r in rows:
-            for text in (r.question, r.answer, r.paraphrased_question, r.paraphrased_answer,
-                         *r.perturbed_answer, *r.options):
-                if text:
-                    seen.setdefault(text, None)
-    return list(seen)
+    texts = (t for rows in world.splits.values() for r in rows
+             for t in (r.question, r.answer, r.paraphrased_question, r.paraphrased_answer,
+                       *r.perturbed_answer, *r.options))
+    return list(dict.fromkeys(t for t in texts if t))

@@ -36,37 +36,43 @@ class MetricInfo:
     description: str
 
 
-def _table(*infos: MetricInfo) -> dict[str, MetricInfo]:
+_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
+          "world_facts": "world facts"}
+_PROB_DOC = {"qa": "mean exp(-avg_loss(q, answer))",
+             "mcq": "mean c/(c + sum w), length-normalised probs of the answer vs its perturbed answers"}
+_OTHER_METRICS = (
+    MetricInfo("forget_truth_ratio", True, 1, "forget set: mean(min(TR, 1/TR)); 1 = cannot tell true from perturbed"),
+    MetricInfo("forget_quality", True, 1, "KS-test p-value of forget TRs vs a retain model's; None without one"),
+    MetricInfo("model_utility", True, 1, "hmean of {prob, rougeL_recall, truth_ratio} x {retain, ra, wf}"),
+    MetricInfo("forget_token_entropy", True, 1, "forget set: mean normalised unigram entropy of greedy answers"),
+    MetricInfo("forget_repetition_rate", False, 1, "forget set: mean share of repeated word bigrams in answers"),
+    MetricInfo("forget_degenerate_share", False, 1, "forget set: share of empty/degenerate greedy answers"),
+)
+
+
+def _build_metrics() -> dict[str, MetricInfo]:
+    """The METRICS table: on the forget set lower prob/ROUGE/fact recall is better, elsewhere higher."""
+    infos = list(_OTHER_METRICS)
+    for s in KINDS:
+        up, where = s != "forget", _WHERE[s]
+        prob_doc = _PROB_DOC["qa" if s in ("forget", "retain") else "mcq"]
+        infos += [MetricInfo(f"{s}_prob", up, 1, f"{where}: {prob_doc}"),
+                  MetricInfo(f"{s}_rougeL_recall", up, 1, f"{where}: mean ROUGE-L recall, greedy answer vs answer"),
+                  MetricInfo(f"{s}_fact_recall", up, 1, f"{where}: mean share of annotated facts in greedy answers")]
+        if s != "forget":
+            infos.append(MetricInfo(f"{s}_truth_ratio", True, 1, f"{where}: mean(max(0, 1 - TR))"))
     return {m.name: m for m in infos}
 
 
-_SPLIT_DOC = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
-              "world_facts": "world facts"}
-METRICS: dict[str, MetricInfo] = _table(
-    *(MetricInfo(f"{s}_prob", s != "forget", 1,
-                 f"{_SPLIT_DOC[s]}: mean exp(-avg_loss(q, answer))" if s in ("forget", "retain") else
-                 f"{_SPLIT_DOC[s]}: mean c/(c+sum w), length-normalised probs of answer vs perturbed")
-      for s in KINDS),
-    *(MetricInfo(f"{s}_rougeL_recall", s != "forget", 1, f"{_SPLIT_DOC[s]}: mean ROUGE-L recall, greedy answer vs answer")
-      for s in KINDS),
-    MetricInfo("forget_truth_ratio", True, 1, "forget set: mean(min(TR, 1/TR)); 1 = cannot tell true from perturbed"),
-    *(MetricInfo(f"{s}_truth_ratio", True, 1, f"{_SPLIT_DOC[s]}: mean(max(0, 1 - TR))") for s in UTILITY_SPLITS),
-    *(MetricInfo(f"{s}_fact_recall", s != "forget", 1,
-                 f"{_SPLIT_DOC[s]}: mean share of annotated fact strings found in the greedy answer")
-      for s in KINDS),
-    MetricInfo("forget_quality", True, 1, "KS-test p-value of forget TRs vs a retain model's; None without one"),
-    MetricInfo("model_utility", True, 1, "hmean of {prob, rougeL_recall, truth_ratio} x {retain, real_authors, world_facts}"),
-    MetricInfo("forget_token_entropy", True, 1, "forget set: mean normalised unigram entropy of greedy answers"),
-    MetricInfo("forget_repetition_rate", False, 1, "forget set: mean share of repeated word bigrams in greedy answers"),
-    MetricInfo("forget_degenerate_share", False, 1, "forget set: share of empty/degenerate greedy answers"),
-)
+METRICS: dict[str, MetricInfo] = _build_metrics()
 
 
 def truth_ratio(correct_loss: np.ndarray, perturbed_loss: np.ndarray) -> np.ndarray:
     """TOFU truth ratio exp(-mean_i perturbed_i) / exp(-correct), in log space. [N], [N, K] -> [N]."""
     c, p = np.asarray(correct_loss, dtype=np.float64), np.asarray(perturbed_loss, dtype=np.float64)
     if c.ndim != 1 or p.ndim != 2 or p.shape[0] != c.shape[0] or p.shape[1] == 0:
-        raise ValueError(f"truth_ratio needs correct_loss [N] and perturbed_loss [N, K>0]; got {c.shape} and {p.shape}")
+        raise ValueError(f"truth_ratio needs correct_loss [N] and perturbed_loss [N, K>0]; "
+                         f"got {c.shape} and {p.shape}")
     return np.exp(c - p.mean(axis=1))
 
 
@@ -83,10 +89,11 @@ def retain_truth_ratio(tr: np.ndarray) -> float:
 
 
 def normalised_prob(correct_loss: np.ndarray, option_losses: np.ndarray) -> np.ndarray:
-    """TOFU real-authors/world-facts Prob c/(c + sum_i w_i), c = exp(-correct), w_i = exp(-option_i). [N], [N, K] -> [N]."""
+    """TOFU ra/wf Prob c/(c + sum_i w_i), c = exp(-correct), w_i = exp(-option_i). [N], [N, K] -> [N]."""
     c, w = np.asarray(correct_loss, dtype=np.float64), np.asarray(option_losses, dtype=np.float64)
     if c.ndim != 1 or w.ndim != 2 or w.shape[0] != c.shape[0]:
-        raise ValueError(f"normalised_prob needs correct_loss [N] and option_losses [N, K]; got {c.shape} and {w.shape}")
+        raise ValueError(f"normalised_prob needs correct_loss [N] and option_losses [N, K]; "
+                         f"got {c.shape} and {w.shape}")
     # log c - log(c + sum w) = -c_loss - logsumexp(-[c_loss, w_losses]): stable for large losses.
     return np.exp(-c - logsumexp(-np.concatenate([c[:, None], w], axis=1), axis=1))
 
@@ -183,13 +190,13 @@ def _correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
     """The TR 'correct' answer per row (paraphrase on forget/retain, answer on ra/wf) and the fallback count."""
     if kind in ("real_authors", "world_facts"):
         return [r.answer for r in rows], 0
-    fallback = sum(r.paraphrased_answer is None for r in rows)
-    return [r.answer if r.paraphrased_answer is None else r.paraphrased_answer for r in rows], fallback
+    para = [r.paraphrased_answer if r.paraphrased_answer and r.paraphrased_answer.strip() else None for r in rows]
+    return [r.answer if p is None else p for r, p in zip(rows, para)], para.count(None)
 
 
 def _split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: list[str] | None, k: int | None,
                   batch_size: int, max_length: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """One batched pass: avg_loss of answers [N], of the separate correct answers [N] (if any), of perturbed [N, K]."""
+    """One batched pass: avg_loss of answers [N], of separate correct answers [N] (if given), of perturbed [N, K]."""
     n = len(rows)
     pairs = [(r.question, r.answer) for r in rows]
     if correct is not None:
@@ -229,11 +236,12 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
     generations = generate_answers(model, tokenizer, [r.question for r in rows],
                                    max_new_tokens=max_new_tokens, batch_size=batch_size)
     rouge = rouge_recall(generations, [r.answer for r in rows])
+    aggregate = forget_truth_ratio if kind == "forget" else retain_truth_ratio
     summary = {
         "n": len(rows),
         "prob": None if prob is None else float(prob.mean()),
         "rougeL_recall": float(rouge.mean()),
-        "truth_ratio": None if tr is None else (forget_truth_ratio(tr) if kind == "forget" else retain_truth_ratio(tr)),
+        "truth_ratio": None if tr is None else aggregate(tr),
         "fact_recall": fact_recall(generations, rows),
         "n_perturbed": k,
         "n_paraphrase_fallback": fallback if qa_split else 0,

@@ -1,0 +1,126 @@
+"""The work behind `obliviate finetune | unlearn | eval | ls`, on user models and data."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from obliviate.config import EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, to_dict
+from obliviate.data.rows import QARow, check_disjoint, load_split
+from obliviate.errors import ConfigError
+from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, save_model, write_json
+from obliviate.report.markdown import console_table, write_report
+
+
+def _need(value: str, key: str, example: str) -> str:
+    if not value:
+        raise ConfigError(f"{key} is not set; add {key}={example} (on the command line or in the YAML)")
+    return value
+
+
+def _load(mc: ModelConfig) -> tuple[Any, Any]:
+    _need(mc.path, "model.path", "<model dir or hub id>")
+    return load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
+                           trust_remote_code=mc.trust_remote_code)
+
+
+def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
+    (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    write_json(out / "metrics.json", metrics)
+    if "eval" in metrics and metrics["eval"]:
+        results = {"runs": {label: {"metrics": metrics["eval"]}}, "questions": metrics.get("questions", []),
+                   "answers": metrics.get("answers", [])}
+        write_report(out / "report.md", results)
+        print(console_table(results))
+
+
+def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int) -> dict[str, Any]:
+    """Evaluate on the configured splits; forget_quality uses eval.retain_model when given."""
+    splits = load_eval_splits(source, cfg)
+    retain_tr = None
+    if cfg.retain_model:
+        if "forget" not in splits:
+            raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a forget split")
+        rmodel, rtok = load_pretrained(cfg.retain_model)
+        retain_tr = forget_truth_ratios(rmodel, rtok, splits["forget"], cfg, max_length)
+        del rmodel
+    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length)
+    fr = splits.get("forget", [])
+    return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
+
+
+def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
+    """Load θ0, unlearn the forget split, evaluate, and save model + config + metrics atomically."""
+    from obliviate.train.unlearn import resolve_method, unlearn
+
+    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/my-run"), cfg.overwrite)
+    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
+    resolve_method(cfg.method)  # unknown names / keys fail before any loading
+    forget, retain = load_split(source, cfg.data.forget_split), load_split(source, cfg.data.retain_split)
+    check_disjoint(forget, retain)
+    model, tok = _load(cfg.model)
+    res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
+    metrics: dict[str, Any] = {"history": res.history, "train_seconds": res.seconds}
+    if cfg.eval.enabled:
+        metrics.update(_evaluate(model, tok, source, cfg.eval, cfg.data.max_length))
+    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        save_model(out, model, tok)
+        _write_run(out, cfg, metrics, f"{cfg.method.forget}+{cfg.method.retain}")
+    print(f"saved to {cfg.output_dir}")
+    return metrics
+
+
+def _rows(source: str, splits: list) -> list[QARow]:
+    if not splits:
+        raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
+    return [r for s in splits for r in load_split(source, str(s))]
+
+
+def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Fine-tune a model (or a freshly built tiny one) on QA splits and save it with its tokenizer."""
+    from obliviate.train.unlearn import finetune
+
+    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite)
+    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
+    rows = _rows(source, list(cfg.data.splits))
+    if _need(cfg.model.path, "model.path", "tiny") == "tiny":
+        from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+
+        texts = [t for r in rows for t in (r.question, r.answer)]
+        tok = train_tokenizer(texts, vocab_size=cfg.tiny.vocab_size)
+        model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
+                           num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
+    else:
+        model, tok = _load(cfg.model)
+    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length)
+    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        save_model(out, model, tok)
+        _write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
+    print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
+    return {"history": res.history}
+
+
+def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
+    """Evaluate a saved model on the TOFU metrics and write metrics.json + report.md."""
+    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite)
+    source = _need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
+    model, tok = _load(cfg.model)
+    metrics = _evaluate(model, tok, source, cfg.eval, cfg.max_length)
+    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        _write_run(out, cfg, metrics, Path(cfg.model.path).name or cfg.model.path)
+    return metrics
+
+
+def list_components() -> str:
+    """One line per forget objective, retain term and preset recipe."""
+    from obliviate.objectives import FORGET, RETAIN
+
+    lines = ["forget objectives:"]
+    lines += [f"  {n:<10} {FORGET.get(n).summary}" for n in FORGET.names()]
+    lines += ["retain terms:"] + [f"  {n:<10} {RETAIN.get(n).summary}" for n in RETAIN.names()]
+    presets = sorted(Path(__file__).resolve().parents[2].glob("configs/**/*.yaml"))
+    if presets:
+        lines += ["presets (configs/):"] + [f"  {p.relative_to(p.parents[1]) if p.parent.name != 'configs' else p.name}" for p in presets]
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""Results -> a console table and a Markdown report (metrics, directions, sample answers, notes)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+# (metric key, column title); the arrow says which direction is better
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("forget_quality", "forget quality ↑"),
+    ("model_utility", "model utility ↑"),
+    ("forget_rougeL_recall", "forget ROUGE-L ↓"),
+    ("forget_fact_recall", "forget fact recall ↓"),
+    ("forget_truth_ratio", "forget truth ratio"),
+    ("forget_token_entropy", "token entropy ↑"),
+    ("forget_repetition_rate", "repetition ↓"),
+    ("forget_degenerate_share", "degenerate ↓"),
+)
+
+
+def fmt(value: Any) -> str:
+    """A metric for display: 'n/a' when undefined, scientific notation for tiny p-values."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        return f"{value:.1e}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def console_table(results: Mapping[str, Any]) -> str:
+    """The headline metrics of every run as a rich table, rendered to text."""
+    table = Table(title="obliviate: forget set vs utility (↑/↓ = better)")
+    table.add_column("model")
+    for _, title in COLUMNS:
+        table.add_column(title, justify="right")
+    for name, run in results["runs"].items():
+        table.add_row(name, *(fmt(run["metrics"].get(k)) for k, _ in COLUMNS))
+    buf = io.StringIO()
+    Console(file=buf, width=160, force_terminal=False, color_system=None).print(table)
+    return buf.getvalue().rstrip()
+
+
+def markdown_table(results: Mapping[str, Any]) -> str:
+    """The same headline metrics as a Markdown table."""
+    lines = ["| model | " + " | ".join(t for _, t in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, run in results["runs"].items():
+        lines.append(f"| {name} | " + " | ".join(fmt(run["metrics"].get(k)) for k, _ in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def samples(results: Mapping[str, Any], n: int = 3) -> str:
+    """The first `n` forget questions with the gold answer and each run's greedy answer."""
+    out = []
+    for i, q in enumerate(results.get("questions", [])[:n]):
+        out.append(f"**Q{i + 1}. {q}**\n\n- gold: {results['answers'][i]}")
+        for name, run in results["runs"].items():
+            gens = run["metrics"].get("forget_generations") or []
+            if i < len(gens):
+                out.append(f"- {name}: {gens[i]!r}" if not gens[i].strip() else f"- {name}: {gens[i]}")
+        out.append("")
+    return "\n".join(out)
+
+
+def write_report(path: Path, results: Mapping[str, Any]) -> None:
+    """Write the Markdown report of a demo or evaluation run."""
+    parts = ["# obliviate report", "", markdown_table(results), "",
+             "Forget quality: KS-test p-value of forget truth ratios against the retain model (TOFU). "
+             "Model utility: harmonic mean of 9 numbers on retain, real authors, world facts. "
+             "Fact recall: share of the annotated facts that the greedy answer contains.", "",
+             "## Forget questions, before and after", "", samples(results)]
+    notes = {f"{name}: {n}" for name, run in results["runs"].items() for n in run["metrics"].get("notes", [])}
+    if notes:
+        parts += ["## Notes", ""] + [f"- {n}" for n in sorted(notes)]
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")

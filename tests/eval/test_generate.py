@@ -1,0 +1,111 @@
+"""Batched greedy generation and batched answer losses equal their one-at-a-time versions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from obliviate.data.tokenize import answer_ids, collate, encode_qa, pad_id, prompt_ids
+from obliviate.eval.generate import batched_avg_loss, decode_continuations, generate_answers, length_order
+from obliviate.modeling.logprobs import forward_stats
+from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+
+QA = [
+    ("Where was Ana Reyes born?", "Ana Reyes was born in Lima in 1961."),
+    ("What did Ana Reyes write?", "She wrote the novel Salt Roads."),
+    ("Who is Tom Berg?", "Tom Berg is a poet from Oslo."),
+    ("When did Tom Berg publish?", "He published his first book in 1990."),
+    ("What is Mia Cole known for?", "Mia Cole is known for crime stories."),
+    ("Where does Mia Cole live?", "Mia Cole lives in Cork by the sea."),
+    ("What is the capital of France?", "The capital of France is Paris."),
+    ("Who wrote Hamlet?", "Hamlet was written by William Shakespeare."),
+]
+# Unseen questions of very different lengths, so batches mix heavy and no left padding.
+UNSEEN = ["Hi?", "Where was Tom Berg born and what did he write about the sea near Oslo in 1990?", "Mia?"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; two threads on a busy 2-core machine stall (measured 30 s vs 0.3 s)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok_model():
+    """A 1-layer, hidden-32 Llama trained for 40 full-batch Adam steps on QA (about 1 s on CPU)."""
+    tok = train_tokenizer([q + " " + a for q, a in QA], vocab_size=400)
+    model = tiny_llama(tok, hidden_size=32, num_layers=1, num_heads=4)
+    batch = collate([encode_qa(tok, q, a, 64) for q, a in QA], pad_id(tok))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        loss = forward_stats(model, batch, keep_logits=False).nll.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.train()  # generation must switch to eval itself and restore this
+    return tok, model
+
+
+def test_length_order_is_stable():
+    assert length_order([3, 1, 3, 2, 1]) == [1, 4, 3, 0, 2]
+
+
+def test_decode_cuts_at_first_eos_and_strips(tok_model):
+    tok, _ = tok_model
+    eos = tok.eos_token_id
+    hello = tok(" Paris is nice", add_special_tokens=False)["input_ids"]
+    junk = tok(" Oslo", add_special_tokens=False)["input_ids"]
+    rows = [hello + [eos] + junk, junk + [eos, eos] + hello]  # text after the first EOS must vanish
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in rows])
+    assert decode_continuations(tok, ids, [eos]) == ["Paris is nice", "Oslo"]
+    no_eos = torch.tensor([hello + [tok.pad_token_id]])  # no EOS: pad is a special token, skipped
+    assert decode_continuations(tok, no_eos, [eos]) == ["Paris is nice"]
+
+
+def test_batched_generation_equals_one_at_a_time(tok_model):
+    tok, model = tok_model
+    questions = [q for q, _ in QA] + UNSEEN
+    batched = generate_answers(model, tok, questions, max_new_tokens=16, batch_size=4)
+    single = [generate_answers(model, tok, [q], max_new_tokens=16, batch_size=1)[0] for q in questions]
+    assert batched == single
+    assert model.training, "generate_answers must restore the model's training mode"
+    # The trained model answers the training questions and stops at EOS (nothing after the answer).
+    assert batched[0] == QA[0][1]
+    assert all(tok.eos_token not in g and tok.pad_token not in g for g in batched)
+
+
+def test_generation_respects_max_new_tokens(tok_model):
+    tok, model = tok_model
+    out = generate_answers(model, tok, [QA[1][0]], max_new_tokens=2)[0]
+    assert len(tok(out, add_special_tokens=False)["input_ids"]) <= 2
+    assert generate_answers(model, tok, []) == []
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate_answers(model, tok, ["x"], max_new_tokens=0)
+
+
+def _manual_avg_loss(model, tok, q: str, a: str) -> float:
+    """Independent of logprobs.py: mean of -log p(answer token | everything before it), by hand."""
+    p, ans = prompt_ids(tok, q), answer_ids(tok, q, a)
+    ids = torch.tensor([p + ans])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
+    # Token at position t is predicted by the logits at position t-1.
+    return float(-sum(logp[t - 1, ids[0, t]] for t in range(len(p), len(p) + len(ans))) / len(ans))
+
+
+def test_batched_avg_loss_equals_per_example(tok_model):
+    tok, model = tok_model
+    pairs = [(q, a) for q, a in QA] + [(q, "Paris.") for q in UNSEEN] + [(QA[0][0], QA[5][1])]
+    batched = batched_avg_loss(model, tok, pairs, batch_size=3)
+    single = np.array([batched_avg_loss(model, tok, [pair], batch_size=1)[0] for pair in pairs])
+    assert batched.shape == (len(pairs),) and batched.dtype == np.float64
+    np.testing.assert_allclose(batched, single, atol=1e-5, rtol=0)
+    for i in (0, len(QA), len(pairs) - 1):
+        assert batched[i] == pytest.approx(_manual_avg_loss(model, tok, *pairs[i]), abs=1e-5)
+    assert model.training
+    # A memorised answer is far likelier than another row's answer to the same question.
+    assert batched[0] < batched[-1]
