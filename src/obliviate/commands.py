@@ -10,7 +10,7 @@ from obliviate.config import EvalRunConfig, FinetuneConfig, ModelConfig, RunConf
 from obliviate.data.rows import QARow, check_disjoint, load_split
 from obliviate.errors import ConfigError
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
-from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, save_model, write_json
+from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, load_tokenizer, save_model, write_json
 from obliviate.report.markdown import console_table, write_report
 
 
@@ -88,8 +88,10 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if _need(cfg.model.path, "model.path", "tiny") == "tiny":
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
-        texts = [t for r in rows for t in (r.question, r.answer)]
-        tok = train_tokenizer(texts, vocab_size=cfg.tiny.vocab_size)
+        if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's for its retain model
+            tok = load_tokenizer(cfg.model.tokenizer)
+        else:
+            tok = train_tokenizer([t for r in rows for t in (r.question, r.answer)], vocab_size=cfg.tiny.vocab_size)
         model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
                            num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
     else:

@@ -41,13 +41,13 @@ class DemoConfig:
     world: WorldConfig = section(WorldConfig(), "the synthetic world")
     tiny: TinyConfig = section(TinyConfig(), "the from-scratch model")
     max_length: int = _f(96, "max tokens per example")
-    retain_train: TrainConfig = section(TrainConfig(epochs=30, batch_size=16, lr=3e-3, warmup_ratio=0.05,
+    retain_train: TrainConfig = section(TrainConfig(epochs=25, batch_size=16, lr=3e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "training of the retain model")
-    target_train: TrainConfig = section(TrainConfig(epochs=12, batch_size=16, lr=1e-3, warmup_ratio=0.05,
+    target_train: TrainConfig = section(TrainConfig(epochs=10, batch_size=16, lr=1e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "target = retain model trained on full")
-    unlearn: TrainConfig = section(TrainConfig(epochs=8, batch_size=8, lr=1e-3, scheduler="constant",
-                                               weight_decay=0.0), "unlearning runs (both methods)")
-    asu: MethodConfig = section(MethodConfig(forget="asu", forget_args={"tau": 4.0, "layers": [0]}, retain="kl"),
+    unlearn: TrainConfig = section(TrainConfig(epochs=20, batch_size=8, lr=1e-3, scheduler="constant",
+                                               weight_decay=0.0), "unlearning runs (the same budget for both methods)")
+    asu: MethodConfig = section(MethodConfig(forget="asu", forget_args={"tau": 8.0, "layers": [0]}, retain="kl"),
                                 "ASU_KL: attention-smoothing distillation + KL on retain")
     graddiff: MethodConfig = section(MethodConfig(forget="ga", retain="nll"), "GradDiff: gradient ascent + NLL")
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")
@@ -59,6 +59,18 @@ def _splits_for(world_dir: Path, cfg: DemoConfig) -> dict:
     p = cfg.world.forget_percent
     ev = EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed"})
     return load_eval_splits(str(world_dir), ev)
+
+
+def _phases(log: Any) -> Any:
+    """A logger of elapsed seconds per phase."""
+    last = [time.perf_counter()]
+
+    def phase(what: str) -> None:
+        now = time.perf_counter()
+        log(f"  {what} ({now - last[0]:.1f} s)")
+        last[0] = now
+
+    return phase
 
 
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
@@ -73,6 +85,7 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
         tok = train_tokenizer(corpus_texts(world), vocab_size=cfg.tiny.vocab_size)
         model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
                            num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
+        phase = _phases(log)
         log(f"world: {cfg.world.authors} authors ({len(world.splits['full'])} QA), forget{p:02d} = "
             f"{len(world.splits[f'forget{p:02d}'])} QA; model: {sum(x.numel() for x in model.parameters()):,} parameters")
         ml = cfg.max_length
@@ -81,10 +94,12 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
         retain_model = frozen_copy(model)
         finetune(model, tok, world.splits["full"] + general, cfg.target_train, max_length=ml, desc="target model")
         target = model
+        phase("trained retain and target models")
         splits = _splits_for(world_dir, cfg)
         retain_tr = forget_truth_ratios(retain_model, tok, splits["forget"], cfg.eval, ml)
         for name, m in (("retain", retain_model), ("target", target)):
             runs[name] = {"metrics": evaluate_model(m, tok, splits, cfg.eval, retain_tr, ml)}
+        phase("evaluated retain and target models")
         forget_rows, retain_rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
         for name, method in (("ASU_KL", cfg.asu), ("GradDiff", cfg.graddiff)):
             student = frozen_copy(target)
@@ -94,6 +109,7 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
             runs[name] = {"metrics": evaluate_model(student, tok, splits, cfg.eval, retain_tr, ml),
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
             save_model(out / "models" / name.lower(), student, tok)
+            phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")
         save_model(out / "models" / "target", target, tok)
         save_model(out / "models" / "retain", retain_model, tok)
         results = {"config": to_dict(cfg), "runs": runs, "questions": [r.question for r in splits["forget"]],

@@ -97,15 +97,6 @@ def test_fluency_summary_hand_values():
         fluency_summary([])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine stall (measured 30 s vs 0.3 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_generation_perplexity_of_uniform_model_is_vocab_size():
     tok = train_tokenizer(["Who wrote it? Ana wrote it in Lima."], vocab_size=300)
     model = tiny_llama(tok, hidden_size=32, num_layers=1, num_heads=4)

@@ -24,15 +24,6 @@ QA = [
 UNSEEN = ["Hi?", "Where was Tom Berg born and what did he write about the sea near Oslo in 1990?", "Mia?"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine stall (measured 30 s vs 0.3 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tok_model():
     """A 1-layer, hidden-32 Llama trained for 40 full-batch Adam steps on QA (about 1 s on CPU)."""

@@ -56,15 +56,6 @@ ARCHS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core machine OpenMP barriers stall for ms per op."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def build(arch: str = "llama", backend: str = "sdpa", seed: int = 0) -> nn.Module:
     """A tiny random eval-mode model of `arch` running `backend`."""
     torch.manual_seed(seed)

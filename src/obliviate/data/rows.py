@@ -33,6 +33,16 @@ class QARow:
         """The annotated fact strings of the answer (empty when not annotated)."""
         return [self.answer[s:e] for s, e in self.fact_spans]
 
+    def asked_facts(self) -> list[str]:
+        """The annotated fact and name strings the question does not itself give (what recall must test).
+
+        "Where was Mara Quellen born?" asks for the place, not the name; "Who was born in Tessaly
+        in 1962?" asks for the name. Strings the question contains (case-insensitive) are left out.
+        """
+        q = self.question.lower()
+        spans = sorted(self.fact_spans + self.name_spans)
+        return [t for t in dict.fromkeys(self.answer[s:e] for s, e in spans) if t.lower() not in q]
+
     def to_json(self) -> dict[str, Any]:
         """The TOFU field names (plus our annotations when present), ready for JSONL."""
         out: dict[str, Any] = {"question": self.question, "answer": self.answer}

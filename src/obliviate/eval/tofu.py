@@ -142,12 +142,15 @@ def rouge_recall(generations: Sequence[str], targets: Sequence[str]) -> np.ndarr
 
 
 def fact_recall(generations: Sequence[str], rows: Sequence[QARow]) -> float | None:
-    """Mean over fact-annotated rows of the share of row.facts() found (case-insensitive) in the generation."""
+    """Mean over annotated rows of the share of row.asked_facts() found (case-insensitive) in the generation.
+
+    Facts the question already states are not counted: copying them proves no memory.
+    """
     if len(generations) != len(rows):
         raise ValueError(f"fact_recall: {len(generations)} generations but {len(rows)} rows")
     shares = []
     for gen, row in zip(generations, rows):
-        facts = row.facts()
+        facts = row.asked_facts()
         if facts:
             low = gen.lower()
             shares.append(sum(f.lower() in low for f in facts) / len(facts))

@@ -56,8 +56,8 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
 
 def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple[Any, Any]:
     """(model, tokenizer) from one path (tokenizer from `tokenizer` when given)."""
-    tok = load_tokenizer(tokenizer or path, trust_remote_code=kw.get("trust_remote_code", False))
-    return load_model(path, **kw), tok
+    model = load_model(path, **kw)  # first: its error says what a model directory needs
+    return model, load_tokenizer(tokenizer or path, trust_remote_code=kw.get("trust_remote_code", False))
 
 
 def check_output_dir(path: str | Path, overwrite: bool) -> Path:

@@ -50,8 +50,13 @@ class TokenStats:
         if self.logits is None:
             raise ValueError("these TokenStats were built without logits (keep_logits=False)")
         if self._log_probs is None:
-            self._log_probs = F.log_softmax(self.logits.float(), dim=-1)
+            self._log_probs = F.log_softmax(_wide(self.logits), dim=-1)
         return self._log_probs
+
+
+def _wide(x: Tensor) -> Tensor:
+    """Half-precision logits are upcast to float32 before softmax; float32/float64 stay as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def shift_labels(labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -65,7 +70,7 @@ def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> 
     """Token log-probs of `labels` under `logits`. logits [B, T, V], labels [B, T] -> TokenStats."""
     targets, mask = shift_labels(labels)
     shifted = logits[:, :-1, :]
-    logp = torch.gather(F.log_softmax(shifted.float(), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    logp = torch.gather(F.log_softmax(_wide(shifted), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
     logp = logp * mask
     return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask)
 

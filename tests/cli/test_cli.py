@@ -1,0 +1,122 @@
+"""End-to-end CLI runs on a tiny world (real training, real metrics) and bad-input behaviour."""
+import json
+
+import pytest
+
+from obliviate.cli import main
+from obliviate.data.synthetic import make_world, write_world
+
+TINY_DEMO = [
+    "world.authors=10", "tiny.hidden_size=32", "tiny.vocab_size=400", "max_length=64",
+    "retain_train.max_steps=25", "target_train.max_steps=10", "unlearn.max_steps=3",
+    "eval.max_new_tokens=12", "retain_train.progress=false", "target_train.progress=false", "unlearn.progress=false",
+]
+
+
+def test_demo_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", f"output_dir={out}", *TINY_DEMO]) == 0
+    printed = capsys.readouterr().out
+    assert "ASU_KL" in printed and "GradDiff" in printed and "forget quality" in printed
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["runs"]) == {"retain", "target", "ASU_KL", "GradDiff"}
+    for run in res["runs"].values():
+        m = run["metrics"]
+        assert 0 <= m["model_utility"] <= 1 and 0 <= m["forget_quality"] <= 1
+        assert len(m["forget_generations"]) == len(res["questions"])
+    assert res["runs"]["retain"]["metrics"]["forget_quality"] == pytest.approx(1.0)  # same TRs as itself
+    assert len(res["runs"]["ASU_KL"]["history"]) == 3
+    report = (out / "report.md").read_text()
+    assert "Forget questions, before and after" in report and report.count("- gold:") == 3
+    assert (out / "models" / "asu_kl" / "model.safetensors").is_file()
+    assert (out / "world" / "forget10_perturbed.jsonl").is_file()
+
+
+@pytest.fixture(scope="module")
+def world_dir(tmp_path_factory):
+    return write_world(make_world(10, seed=2, forget_percents=(10,)), tmp_path_factory.mktemp("w") / "world")
+
+
+@pytest.fixture(scope="module")
+def target_dir(world_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "target"
+    rc = main(["finetune", "model.path=tiny", f"data.source={world_dir}", "data.splits=[full, real_authors, world_facts]",
+               "tiny.hidden_size=32", "tiny.vocab_size=400", "train.max_steps=20", "train.lr=3e-3",
+               "train.progress=false", "data.max_length=64", f"output_dir={out}"])
+    assert rc == 0
+    return out
+
+
+def test_finetune_then_unlearn_then_eval(world_dir, target_dir, tmp_path):
+    assert (target_dir / "model.safetensors").is_file() and (target_dir / "obliviate.yaml").is_file()
+    out = tmp_path / "unlearned"
+    rc = main(["unlearn", "--config", "configs/tofu/asu_kl_forget01.yaml", f"model.path={target_dir}",
+               f"data.source={world_dir}", "data.forget_split=forget10", "data.retain_split=retain90",
+               "data.max_length=64", "train.max_steps=2", "train.grad_accum=1", "train.progress=false",
+               "eval.forget_split=forget10_perturbed", f"eval.retain_model={target_dir}",
+               "eval.max_new_tokens=8", "eval.max_examples=4", f"output_dir={out}"])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["history"]) == 2 and {"forget", "retain", "loss", "lr"} <= set(metrics["history"][0])
+    assert metrics["eval"]["forget_quality"] is not None and metrics["eval"]["model_utility"] is not None
+    assert (out / "model.safetensors").is_file() and (out / "report.md").is_file()
+    ev = tmp_path / "eval"
+    assert main(["eval", f"model.path={out}", f"eval.source={world_dir}", "eval.forget_split=forget10_perturbed",
+                 "eval.max_new_tokens=8", "eval.max_examples=3", f"output_dir={ev}"]) == 0
+    assert json.loads((ev / "metrics.json").read_text())["eval"]["forget_quality"] is None  # no retain model given
+
+
+def test_unlearn_runs_on_real_tofu_files(tofu_dir, target_dir, tmp_path):
+    out = tmp_path / "tofu"
+    rc = main(["unlearn", "--config", "configs/tofu/graddiff_forget01.yaml", f"model.path={target_dir}",
+               f"data.source={tofu_dir}", "train.max_steps=1", "train.grad_accum=1", "train.progress=false",
+               "data.max_length=64", "eval.max_examples=3", "eval.max_new_tokens=8", f"eval.retain_model={target_dir}",
+               f"output_dir={out}"])
+    assert rc == 0
+    ev = json.loads((out / "metrics.json").read_text())["eval"]
+    assert ev["forget_quality"] is not None and len(ev["forget_generations"]) == 3
+
+
+def _fails(args, capsys, message):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("obliviate: error:") and message in err, err
+    return err
+
+
+def test_bad_inputs_exit_2_with_clear_message_and_no_output(world_dir, target_dir, tmp_path, capsys):
+    out = tmp_path / "never"
+    base = ["unlearn", f"model.path={target_dir}", f"data.source={world_dir}", "train.progress=false", f"output_dir={out}"]
+    _fails(base + ["method.forget=gradient_ascent"], capsys, "valid names: asu, ga")
+    _fails(base + ["method.forget_args={beta2: 1}"], capsys, "valid keys: ['layers', 'tau']")
+    _fails(base + ["train.lrr=1"], capsys, "unknown key(s) ['train.lrr']")
+    _fails(base + ["data.forget_split=nope"], capsys, "no split 'nope'")
+    _fails(base + ["data.retain_split=full"], capsys, "also appear in the retain set")
+    _fails(["unlearn", "model.path=/no/such/model", f"data.source={world_dir}", f"output_dir={out}"], capsys,
+           "not a model directory")
+    _fails(["unlearn", "--config", str(tmp_path / "missing.yaml")], capsys, "config file not found")
+    assert not out.exists() and not list(tmp_path.glob(".never*"))
+
+
+def test_malformed_data_names_the_line(target_dir, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f.jsonl").write_text('{"question": "a?", "answer": "b"}\n{"question": "c?"\n')
+    (data / "r.jsonl").write_text('{"question": "x?", "answer": "y"}\n')
+    _fails(["unlearn", f"model.path={target_dir}", f"data.source={data}", "data.forget_split=f",
+            "data.retain_split=r", f"output_dir={tmp_path / 'o'}"], capsys, "f.jsonl:2: invalid JSON")
+
+
+def test_existing_output_is_never_clobbered(target_dir, world_dir, tmp_path, capsys):
+    out = tmp_path / "keep"
+    out.mkdir()
+    (out / "precious.txt").write_text("results")
+    _fails(["eval", f"model.path={target_dir}", f"eval.source={world_dir}", f"output_dir={out}"], capsys,
+           "already exists and is not empty")
+    assert (out / "precious.txt").read_text() == "results"
+
+
+def test_ls_lists_components(capsys):
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out
+    assert "asu" in out and "kl" in out and "demo.yaml" in out

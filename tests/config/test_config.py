@@ -1,0 +1,65 @@
+"""Config: YAML + overrides, unknown keys and impossible values are errors that name the fix."""
+import pytest
+
+from obliviate.config import RunConfig, apply_overrides, load_config
+from obliviate.demo import DemoConfig
+from obliviate.errors import ConfigError
+
+
+def test_overrides_parse_types_and_nested_sections():
+    cfg = load_config(RunConfig, None, ["train.lr=2e-5", "method.forget_args={tau: 3, layers: [0]}", "eval.max_examples=5"])
+    assert cfg.train.lr == 2e-5 and cfg.method.forget_args == {"tau": 3, "layers": [0]} and cfg.eval.max_examples == 5
+
+
+def test_yaml_file_and_override_precedence(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  lr: 1e-4\n  epochs: 2\nmethod:\n  forget: ga\n")
+    cfg = load_config(RunConfig, p, ["train.epochs=3"])
+    assert (cfg.train.lr, cfg.train.epochs, cfg.method.forget) == (1e-4, 3.0, "ga")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lrr=1", r"unknown key\(s\) \['train.lrr'\]; valid keys under train: \[.*'lr'"),
+    ("train.lr=abc", "train.lr: expected float"),
+    ("train.batch_size=0", "train.batch_size=0 is impossible: it must be >= 1"),
+    ("train.scheduler=wiggly", "one of linear"),
+    ("nosuchsection.a=1", "unknown key"),
+    ("train.lr", "must look like key.sub=value"),
+])
+def test_bad_overrides_are_clear_errors(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(RunConfig, None, [override])
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(RunConfig, tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(RunConfig, bad)
+
+
+def test_section_defaults_differ_per_field_and_merge():
+    cfg = load_config(DemoConfig, None, ["asu.forget_args={tau: 5.0}"])
+    assert cfg.asu.forget == "asu" and cfg.asu.forget_args == {"tau": 5.0}
+    assert cfg.graddiff.forget == "ga" and cfg.graddiff.retain == "nll"
+
+
+def test_apply_overrides_does_not_mutate_input():
+    raw = {"train": {"lr": 1.0}}
+    apply_overrides(raw, ["train.lr=2.0"])
+    assert raw == {"train": {"lr": 1.0}}
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    from obliviate.cli import _config_class
+
+    files = sorted(root.rglob("*.yaml"))
+    assert files, "configs/ must hold recipes"
+    for f in files:
+        kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
+        load_config(_config_class(kind), f)

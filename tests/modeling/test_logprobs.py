@@ -1,0 +1,42 @@
+"""The one log-prob module: alignment, masking and reductions on hand-made logits."""
+import math
+
+import pytest
+import torch
+
+from obliviate.modeling.logprobs import kl_per_token, sequence_mean, shift_labels, token_stats
+
+
+def test_uniform_logits_give_log_vocab():
+    # 4-way uniform: every counted token has log-prob -ln 4; two answer tokens -> logp = -2 ln 4, nll = ln 4
+    labels = torch.tensor([[-100, 1, 2, -100]])
+    s = token_stats(torch.zeros(1, 4, 4), labels)
+    assert s.mask.tolist() == [[True, True, False]]
+    assert s.logp.item() == pytest.approx(-2 * math.log(4))
+    assert s.nll.item() == pytest.approx(math.log(4))
+
+
+def test_shift_alignment_position_t_predicts_t_plus_1():
+    # logits at position 0 put all mass on token 3; the label at position 1 is 3 -> log-prob ~ 0
+    logits = torch.full((1, 2, 4), -30.0)
+    logits[0, 0, 3] = 30.0
+    s = token_stats(logits, torch.tensor([[-100, 3]]))
+    assert s.token_logp[0, 0].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_empty_answer_is_zero_not_nan():
+    s = token_stats(torch.zeros(1, 3, 5), torch.tensor([[-100, -100, -100]]))
+    assert s.nll.item() == 0.0 and s.n_tokens.item() == 1.0
+
+
+def test_kl_and_sequence_mean_hand_values():
+    p = torch.tensor([0.5, 0.5]).log()
+    q = torch.tensor([0.25, 0.75]).log()
+    assert kl_per_token(p, q).item() == pytest.approx(0.143841, abs=1e-6)
+    vals = torch.tensor([[1.0, 3.0, 100.0]])
+    assert sequence_mean(vals, torch.tensor([[True, True, False]])).item() == pytest.approx(2.0)
+
+
+def test_shift_labels_masks_ignored():
+    t, m = shift_labels(torch.tensor([[9, -100, 4]]))
+    assert t.tolist() == [[0, 4]] and m.tolist() == [[False, True]]
