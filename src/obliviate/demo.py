@@ -47,7 +47,7 @@ class DemoConfig:
                                                     weight_decay=0.0), "target = retain model trained on full")
     unlearn: TrainConfig = section(TrainConfig(epochs=20, batch_size=8, lr=1e-3, scheduler="constant",
                                                weight_decay=0.0), "unlearning runs (the same budget for both methods)")
-    asu: MethodConfig = section(MethodConfig(forget="asu", forget_args={"tau": 8.0, "layers": [0]}, retain="kl"),
+    asu: MethodConfig = section(MethodConfig(forget="asu", forget_args={"tau": 16.0, "layers": [0]}, retain="kl"),
                                 "ASU_KL: attention-smoothing distillation + KL on retain")
     graddiff: MethodConfig = section(MethodConfig(forget="ga", retain="nll"), "GradDiff: gradient ascent + NLL")
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")

@@ -1,8 +1,12 @@
 """Objective specs: a registered loss function plus what it needs from the loop.
 
 A loss takes TokenStats (obliviate.modeling.logprobs) and keyword-only hyper-parameters and
-returns a scalar to MINIMISE. `needs` names the extra statistics the loop must provide:
-"reference" (frozen θ0 on the same batch) or "teacher" (frozen θ0 with smoothed attention).
+returns a scalar to MINIMISE. Its first parameter `policy` is the student on the batch; `needs`
+names the extra statistics the loop passes by keyword, each a TokenStats on a [B, T] batch:
+  "reference"          frozen θ0 on the same batch,
+  "teacher"            frozen θ0 with smoothed attention (ASU),
+  "refusal"            the student on the same questions answered with a refusal (IDK, DPO, AP),
+  "refusal_reference"  frozen θ0 on that refusal batch.
 `teacher_params` are hyper-parameters the loop uses to build the teacher (ASU's tau, layers).
 """
 from __future__ import annotations
@@ -28,7 +32,8 @@ class ObjectiveSpec:
     def loss_defaults(self) -> dict[str, Any]:
         """Keyword-only hyper-parameters of the loss and their defaults."""
         sig = inspect.signature(self.fn)
-        return {n: p.default for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY}
+        return {n: p.default for n, p in sig.parameters.items()
+                if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
 
     def defaults(self) -> dict[str, Any]:
         """Every hyper-parameter a config may set for this objective, with its default."""
@@ -48,11 +53,17 @@ class ObjectiveSpec:
         return loss, teacher
 
 
+NEEDS = ("reference", "teacher", "refusal", "refusal_reference")
+
 FORGET: Registry[ObjectiveSpec] = Registry("forget objective")
 RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
 
 
 def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], teacher_params: Mapping[str, Any] | None):
+    unknown = sorted(set(needs) - set(NEEDS))
+    if unknown:
+        raise ValueError(f"{name}: unknown needs {unknown}; valid: {NEEDS}")
+
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or "").strip().splitlines()
         reg.add(name, ObjectiveSpec(name, fn, needs, dict(teacher_params or {}), doc[0] if doc else ""))

@@ -65,11 +65,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tupl
 
 
 def _progress(enabled: bool, desc: str, steps: int) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[terms]}"),
-                    disable=not enabled, transient=False)
+    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[terms]}"), disable=not enabled, transient=False)
     return prog
 
 
@@ -95,7 +94,7 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], compute: Call
                 logs["loss"] = logs.get("loss", 0.0) + loss.detach()
             entry = _finish_step(accelerator, optimizer, scheduler, params, cfg, logs, step)
             result.history.append(entry)
-            prog.update(task, advance=1, terms=" ".join(f"{k}={v:.4f}" for k, v in entry.items() if k not in ("step", "lr")))
+            prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in entry.items() if k not in ("step", "lr", "loss")))
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
