@@ -34,6 +34,14 @@ def _config_class(command: str) -> type:
     return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig}[command]
 
 
+def _quiet_libraries() -> None:
+    """Hide transformers' per-file progress bars and info logs: our own progress bar says what runs."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
@@ -48,9 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.show_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    import torch
-
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    _quiet_libraries()
     if args.command == "demo":
         from obliviate.demo import run_demo
 

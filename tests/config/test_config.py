@@ -63,3 +63,13 @@ def test_shipped_configs_load():
     for f in files:
         kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
         load_config(_config_class(kind), f)
+
+
+def test_demo_yaml_spells_out_the_builtin_defaults():
+    """configs/demo.yaml must equal DemoConfig's defaults, so the README's numbers match either way."""
+    from pathlib import Path
+
+    from obliviate.config import to_dict
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+    assert to_dict(load_config(DemoConfig, path)) == to_dict(load_config(DemoConfig, None))

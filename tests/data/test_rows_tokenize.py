@@ -87,3 +87,38 @@ def test_pairing_is_seeded_covers_every_example_and_shards():
     assert all(len(f) == len(r) == 2 for f, r in first)
     assert next(paired_batches(5, 7, 2, seed=4)) != first[0] or next(batches(5, 2, seed=5)) != first[0][0]
     assert shard([1, 2, 3, 4, 5], 0, 2) == [1, 3, 5] and shard([1, 2, 3, 4, 5], 1, 2) == [2, 4]
+
+
+def test_hub_loader_converts_records_and_fails_clearly(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load(repo, config, split):
+        calls.append((repo, config, split))
+        return datasets.Dataset.from_list([{"question": "q?", "answer": "a", "perturbed_answer": ["b", "c"]}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    rows = load_split("locuslab/TOFU", "forget01_perturbed")
+    assert calls == [("locuslab/TOFU", "forget01_perturbed", "train")] and rows[0].perturbed_answer == ("b", "c")
+
+    def offline(*a, **k):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match="could not load 'locuslab/TOFU'.*local directory"):
+        load_split("locuslab/TOFU", "forget01")
+
+
+def test_chat_template_prompt_is_masked(small_tok):
+    import copy
+
+    tok = copy.deepcopy(small_tok)
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'user' %}<s>User: {{ m['content'] }}\n"
+                         "{% else %}Bot: {{ m['content'] }}</s>{% endif %}{% endfor %}"
+                         "{% if add_generation_prompt %}Bot:{% endif %}")
+    e = encode_qa(tok, "Where was Ann born?", "In Orla.", 64)
+    n_prompt = len(prompt_ids(tok, "Where was Ann born?"))
+    assert e.labels[:n_prompt] == [-100] * n_prompt and all(x != -100 for x in e.labels[n_prompt:])
+    assert tok.decode(e.input_ids[:n_prompt]).endswith("Bot:")
+    assert e.input_ids[-1] == tok.eos_token_id and tok.decode(e.labels[n_prompt:]).strip().startswith("In Orla.")

@@ -22,12 +22,14 @@ class TokenStats:
 
     logits: [B, T-1, V] (may be None when only token log-probs were kept);
     token_logp: [B, T-1] log p(y_t | x, y_<t) (0 where mask is False);
-    mask: [B, T-1] bool, True on answer tokens that count.
+    mask: [B, T-1] bool, True on answer tokens that count;
+    targets: [B, T-1] long next-token ids (0 where mask is False), or None when not kept.
     """
 
     logits: Tensor | None
     token_logp: Tensor
     mask: Tensor
+    targets: Tensor | None = None
     _log_probs: Tensor | None = field(default=None, repr=False)
 
     @property
@@ -72,7 +74,7 @@ def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> 
     shifted = logits[:, :-1, :]
     logp = torch.gather(F.log_softmax(_wide(shifted), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
     logp = logp * mask
-    return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask)
+    return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask, targets=targets)
 
 
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:

@@ -1,6 +1,7 @@
 """Retain terms (METHODS.md §1, §3): keep the model useful on the retain batch."""
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor
 
 from obliviate.modeling.logprobs import TokenStats, masked_token_kl
@@ -17,3 +18,18 @@ def nll(policy: TokenStats) -> Tensor:
 def kl(policy: TokenStats, reference: TokenStats) -> Tensor:
     """KL(p_θ0 ‖ p_θ) on retain answer tokens only (never padding/prompt), per-example mean -> scalar."""
     return masked_token_kl(reference, policy).mean()
+
+
+@retain_term("ap", needs=("refusal",))
+def ap(policy: TokenStats, refusal: TokenStats, *, beta: float = 0.1) -> Tensor:
+    """Answer preservation (Yuan et al. 2024, "A Closer Look"): keep preferring the true answer to a refusal.
+
+    −(1/β)·mean log σ(β·(logp_θ(y|x) − logp_θ(y_idk|x))) on retain questions; `policy` on
+    (question, answer), `refusal` on (question, refusal), summed answer log-probs [B] -> scalar.
+    Hand check: at equal log-probs (1/β)·ln 2 (6.9315 at β 0.1); with β = 1 and a margin of
+    ln 3 for the true answer, −ln(3/4) ≈ 0.2877.
+    """
+    if policy.mask.shape[0] != refusal.mask.shape[0]:
+        raise ValueError(f"retain and refusal batches hold different numbers of examples: "
+                         f"{policy.mask.shape[0]} vs {refusal.mask.shape[0]}")
+    return -(1.0 / beta) * F.logsigmoid(beta * (policy.logp - refusal.logp)).mean()

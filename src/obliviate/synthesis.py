@@ -1,0 +1,265 @@
+"""Gradient synthesis: combine the forget gradient g_f and the retain gradient g_r into one update.
+
+SAGO and its baselines (Xiao et al., ACL 2026, arXiv 2604.14808; METHODS.md §2). γ weighs the
+forget task, α the retain task. Every rule takes two equal-length lists of per-parameter tensors
+(None = no gradient for that parameter) and returns new tensors; inputs are never modified. Inner
+products and norms are accumulated in float64 and results are cast back to the gradient's dtype.
+
+Sharding (FSDP/ZeRO): `sum`, `sago` and `sago_retain` are elementwise, so they are exact on a
+shard of the gradients. `pcgrad` needs a dot product over each whole parameter tensor (shard-local
+only if tensors are not split), and `pcgrad_global`, `blur` and `gru` need global dot products and
+norms: under sharding those scalars need an all-reduce (not done here; the loop owns distribution).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from obliviate.registry import Registry
+
+EPS = 1e-10  # added to squared norms in every projection (METHODS.md §2)
+GRU_MOMENTUM = 0.8  # ema <- 0.8·ema + 0.2·g_r
+
+Grads = list[Optional[Tensor]]
+Pair = Optional[tuple[Tensor, Tensor]]  # (g_f, g_r), or None when both are absent
+
+
+@dataclass
+class RuleState:
+    """Per-run state of the stateful rules (the gru EMA of g_r); part of the checkpoint."""
+
+    ema: Optional[list[Optional[Tensor]]] = None  # one entry per parameter, None until first seen
+    step: int = 0  # number of gru updates applied
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors, ints and None only, so `torch.load(weights_only=True)` reads it back."""
+        ema = None if self.ema is None else [None if t is None else t.detach().clone() for t in self.ema]
+        return {"step": int(self.step), "ema": ema}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore from `state_dict()` output; unknown or missing keys are errors."""
+        if set(sd) != {"step", "ema"}:
+            raise ValueError(f"RuleState state_dict needs keys ['ema', 'step'], got {sorted(sd)}")
+        ema = sd["ema"]
+        self.ema = None if ema is None else [None if t is None else t.detach().clone() for t in ema]
+        self.step = int(sd["step"])
+
+
+RuleFn = Callable[..., Grads]
+RULES: Registry[RuleFn] = Registry("gradient rule")
+PairFn = Callable[[int, Tensor, Tensor], Tensor]  # (index, g_f, g_r) in float64 -> g in float64
+
+
+def _align(forget_grads: Grads, retain_grads: Grads) -> list[Pair]:
+    """Validate the lists and pair them; a missing side becomes zeros of the other's shape."""
+    if len(forget_grads) != len(retain_grads):
+        raise ValueError(
+            f"forget and retain gradient lists differ in length: {len(forget_grads)} vs {len(retain_grads)}"
+        )
+    pairs: list[Pair] = []
+    for i, (f, r) in enumerate(zip(forget_grads, retain_grads)):
+        if f is not None and r is not None and f.shape != r.shape:
+            raise ValueError(
+                f"gradient {i}: forget shape {tuple(f.shape)} != retain shape {tuple(r.shape)}"
+            )
+        if f is None and r is None:
+            pairs.append(None)
+        else:
+            pairs.append((f if f is not None else torch.zeros_like(r),
+                          r if r is not None else torch.zeros_like(f)))
+    return pairs
+
+
+def _map(pairs: list[Pair], fn: PairFn) -> Grads:
+    """Apply fn per tensor in float64 (one tensor at a time, to bound memory); cast to g_f's dtype."""
+    return [None if p is None else fn(i, p[0].double(), p[1].double()).to(p[0].dtype)
+            for i, p in enumerate(pairs)]
+
+
+def _total(values: list[Tensor]) -> float:
+    """Sum float64 scalars living on any devices with one host sync per device."""
+    per_device: dict[torch.device, Tensor] = {}
+    for v in values:
+        per_device[v.device] = per_device.get(v.device, 0) + v
+    return float(sum(float(v) for v in per_device.values()))
+
+
+def _dot(xs: list[Optional[Tensor]], ys: list[Optional[Tensor]]) -> float:
+    """Σ_i ⟨x_i, y_i⟩ over entries present in both lists, accumulated in float64."""
+    return _total([torch.sum(x.double() * y.double()) for x, y in zip(xs, ys) if x is not None and y is not None])
+
+
+def _side(pairs: list[Pair], i: int) -> list[Optional[Tensor]]:
+    return [None if p is None else p[i] for p in pairs]
+
+
+def _conflict(f: Tensor, r: Tensor) -> Tensor:
+    """Elementwise conflict mask c = (g_f ⊙ g_r < 0); [*shape] bool; zeros never conflict."""
+    return (f.sign() * r.sign()) < 0  # signs, not the product: a tiny product cannot underflow to 0
+
+
+@RULES.register("sum")
+def rule_sum(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+             state: Optional[RuleState] = None) -> Grads:
+    """g = γ·g_f + α·g_r; lists of [*shape_i] tensors."""
+    return _map(_align(forget_grads, retain_grads), lambda _, f, r: gamma * f + alpha * r)
+
+
+@RULES.register("sago")
+def rule_sago(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+              state: Optional[RuleState] = None) -> Grads:
+    """SAGO: g = α·g_r ⊙ c + γ·g_f ⊙ (1−c), c = (g_f ⊙ g_r < 0); elementwise, shard-local."""
+    return _map(_align(forget_grads, retain_grads),
+                lambda _, f, r: torch.where(_conflict(f, r), gamma * f, alpha * r))
+
+
+@RULES.register("sago_retain")
+def rule_sago_retain(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+                     state: Optional[RuleState] = None) -> Grads:
+    """SAGO "prefer retain": g = α·g_r + γ·g_f ⊙ (1−c); elementwise, shard-local."""
+    return _map(_align(forget_grads, retain_grads),
+                lambda _, f, r: alpha * r + gamma * torch.where(_conflict(f, r), 0.0, f))
+
+
+def _pcgrad_tensor(f: Tensor, r: Tensor, alpha: float, gamma: float) -> Tensor:
+    """One tensor: if ⟨g_f,g_r⟩ < 0, g_f ← g_f − ⟨g_f,g_r⟩/(‖g_r‖²+ε)·g_r; g = γ·g_f + α·g_r."""
+    dot = float(torch.sum(f * r))
+    if dot < 0:
+        f = f - dot / (float(torch.sum(r * r)) + EPS) * r
+    return gamma * f + alpha * r
+
+
+@RULES.register("pcgrad")
+def rule_pcgrad(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+                state: Optional[RuleState] = None) -> Grads:
+    """PCGrad per parameter tensor (module-wise); shard-local only if no tensor is split."""
+    return _map(_align(forget_grads, retain_grads), lambda _, f, r: _pcgrad_tensor(f, r, alpha, gamma))
+
+
+@RULES.register("pcgrad_global")
+def rule_pcgrad_global(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+                       state: Optional[RuleState] = None) -> Grads:
+    """PCGrad with one dot product and norm over all parameters (needs an all-reduce if sharded)."""
+    pairs = _align(forget_grads, retain_grads)
+    fs, rs = _side(pairs, 0), _side(pairs, 1)
+    dot = _dot(fs, rs)
+    coef = dot / (_dot(rs, rs) + EPS) if dot < 0 else 0.0
+    return _map(pairs, lambda _, f, r: gamma * (f - coef * r) + alpha * r)
+
+
+@RULES.register("blur")
+def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+              state: Optional[RuleState] = None) -> Grads:
+    """BLUR (global): g_r ← g_r − ⟨g_r,g_f⟩/(‖g_f‖²+ε)·g_f ALWAYS, then g = γ·g_f + α·g_r.
+
+    Read from METHODS.md §2 (no conflict test in its table row) and BLUR's published code: the
+    projection is unconditional, so unlike the other rules blur does NOT reduce to `sum` on aligned
+    gradients; it does when ⟨g_r, g_f⟩ = 0. Needs an all-reduce of the two scalars if sharded.
+    """
+    pairs = _align(forget_grads, retain_grads)
+    fs, rs = _side(pairs, 0), _side(pairs, 1)
+    coef = _dot(rs, fs) / (_dot(fs, fs) + EPS)
+    return _map(pairs, lambda _, f, r: gamma * f + alpha * (r - coef * f))
+
+
+def _update_ema(state: RuleState, pairs: list[Pair]) -> None:
+    """ema ← 0.8·ema + 0.2·g_r per entry (in float64, stored in ≥ float32); first value seen: ema = g_r."""
+    prev = state.ema if state.ema is not None else [None] * len(pairs)
+    if len(prev) != len(pairs):
+        raise ValueError(f"gru state holds {len(prev)} EMA tensors but got {len(pairs)} gradients")
+    new: list[Optional[Tensor]] = []
+    for i, (e, p) in enumerate(zip(prev, pairs)):
+        if p is None:
+            new.append(e)  # no gradient this step: keep the old average untouched
+            continue
+        r = p[1]
+        if e is not None and e.shape != r.shape:
+            raise ValueError(f"gru EMA {i} has shape {tuple(e.shape)}, gradient has {tuple(r.shape)}")
+        avg = r.double() if e is None else (
+            GRU_MOMENTUM * e.to(r.device, torch.float64) + (1 - GRU_MOMENTUM) * r.double())
+        # copy on the first step: for float64 grads avg would alias the caller's g_r
+        new.append(avg.to(torch.promote_types(r.dtype, torch.float32), copy=e is None))
+    state.ema = new
+    state.step += 1
+
+
+@RULES.register("gru")
+def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+             state: Optional[RuleState] = None) -> Grads:
+    """GRU: update ema of g_r; if ⟨g_f,ema⟩ < 0, g_f ← g_f − ⟨g_f,ema⟩/(‖ema‖²+ε)·ema; g = γ·g_f + α·g_r.
+
+    Choices: the EMA takes this step's g_r BEFORE the conflict test (so a fresh state acts like
+    pcgrad_global with ema = g_r); the first value seen starts the EMA (no zero start, no bias
+    correction). The EMA is kept in at least float32 on the gradient's device. Mutates `state`
+    (ema, step), its only side effect. Global scalars: needs an all-reduce if sharded.
+    """
+    if state is None:
+        raise ValueError("rule 'gru' keeps an EMA of the retain gradient: pass state=RuleState() and keep it")
+    pairs = _align(forget_grads, retain_grads)
+    _update_ema(state, pairs)
+    ema = list(state.ema or [])
+    dot = _dot(_side(pairs, 0), ema)
+    coef = dot / (_dot(ema, ema) + EPS) if dot < 0 else 0.0
+
+    def fn(i: int, f: Tensor, r: Tensor) -> Tensor:
+        e = ema[i]
+        if coef != 0.0 and e is not None:
+            f = f - coef * e.to(f.device, torch.float64)
+        return gamma * f + alpha * r
+
+    return _map(pairs, fn)
+
+
+def _cos(dot: float, sq_a: float, sq_b: float) -> float:
+    """Cosine from float64 scalars; 0.0 when either norm is zero (no direction to compare)."""
+    return 0.0 if sq_a <= 0.0 or sq_b <= 0.0 else dot / math.sqrt(sq_a * sq_b)
+
+
+def stats(forget_grads: Grads, retain_grads: Grads, combined: Grads) -> dict[str, float]:
+    """Global cos_f_r, cos_g_f, cos_g_r (float64; 0.0 if a norm is 0) and conflict_share of coordinates."""
+    if len(combined) != len(forget_grads):
+        raise ValueError(f"combined has {len(combined)} gradients, inputs have {len(forget_grads)}")
+    pairs = _align(forget_grads, retain_grads)
+    fs, rs, gs = _side(pairs, 0), _side(pairs, 1), combined
+    ff, rr, gg = _dot(fs, fs), _dot(rs, rs), _dot(gs, gs)
+    n_conflict = _total([_conflict(*p).sum(dtype=torch.float64) for p in pairs if p is not None])
+    n_total = sum(p[0].numel() for p in pairs if p is not None)
+    return {
+        "cos_f_r": _cos(_dot(fs, rs), ff, rr),
+        "cos_g_f": _cos(_dot(gs, fs), gg, ff),
+        "cos_g_r": _cos(_dot(gs, rs), gg, rr),
+        "conflict_share": n_conflict / n_total if n_total else 0.0,
+    }
+
+
+def _check_names(names: list[str], *lists: Grads) -> None:
+    """Raise ValueError unless `names` and every gradient list have the same length."""
+    if any(len(x) != len(names) for x in lists):
+        raise ValueError(f"per-module names ({len(names)}) and gradient lists "
+                         f"({', '.join(str(len(x)) for x in lists)}) must have the same length")
+
+
+def per_module_stats(names: list[str], forget_grads: Grads, retain_grads: Grads,
+                     combined: Grads) -> dict[str, dict[str, float]]:
+    """`stats` per parameter tensor, keyed by name; tensors with neither gradient are left out."""
+    _check_names(names, forget_grads, retain_grads, combined)
+    return {n: stats([f], [r], [g]) for n, f, r, g in zip(names, forget_grads, retain_grads, combined)
+            if f is not None or r is not None}
+
+
+def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+            state: Optional[RuleState] = None,
+            per_module_names: Optional[list[str]] = None) -> tuple[Grads, dict[str, Any]]:
+    """Apply RULES[rule]; return (combined grads, stats dict with "modules" when names are given)."""
+    fn = RULES.get(rule)
+    if per_module_names is not None:  # check before a stateful rule touches its state
+        _check_names(per_module_names, forget_grads, retain_grads)
+    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state)
+    out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads))
+    if per_module_names is not None:
+        out["modules"] = per_module_stats(per_module_names, forget_grads, retain_grads, grads)
+    return grads, out
