@@ -90,7 +90,8 @@ def _total(values: list[Tensor]) -> float:
 
 def _dot(xs: list[Optional[Tensor]], ys: list[Optional[Tensor]]) -> float:
     """Σ_i ⟨x_i, y_i⟩ over entries present in both lists, accumulated in float64."""
-    return _total([torch.sum(x.double() * y.double()) for x, y in zip(xs, ys) if x is not None and y is not None])
+    return _total([torch.sum(x.double() * y.double())
+                   for x, y in zip(xs, ys) if x is not None and y is not None])
 
 
 def _side(pairs: list[Pair], i: int) -> list[Optional[Tensor]]:
@@ -114,7 +115,7 @@ def rule_sago(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: 
               state: Optional[RuleState] = None) -> Grads:
     """SAGO: g = α·g_r ⊙ c + γ·g_f ⊙ (1−c), c = (g_f ⊙ g_r < 0); elementwise, shard-local."""
     return _map(_align(forget_grads, retain_grads),
-                lambda _, f, r: torch.where(_conflict(f, r), gamma * f, alpha * r))
+                lambda _, f, r: torch.where(_conflict(f, r), alpha * r, gamma * f))
 
 
 @RULES.register("sago_retain")
@@ -167,7 +168,7 @@ def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: 
 
 
 def _update_ema(state: RuleState, pairs: list[Pair]) -> None:
-    """ema ← 0.8·ema + 0.2·g_r per entry (in float64, stored in ≥ float32); first value seen: ema = g_r."""
+    """ema ← 0.8·ema + 0.2·g_r per [*shape_i] entry (float64, stored ≥ float32); first seen: ema = g_r."""
     prev = state.ema if state.ema is not None else [None] * len(pairs)
     if len(prev) != len(pairs):
         raise ValueError(f"gru state holds {len(prev)} EMA tensors but got {len(pairs)} gradients")
@@ -190,7 +191,7 @@ def _update_ema(state: RuleState, pairs: list[Pair]) -> None:
 @RULES.register("gru")
 def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
              state: Optional[RuleState] = None) -> Grads:
-    """GRU: update ema of g_r; if ⟨g_f,ema⟩ < 0, g_f ← g_f − ⟨g_f,ema⟩/(‖ema‖²+ε)·ema; g = γ·g_f + α·g_r.
+    """GRU: ema of g_r; if ⟨g_f,ema⟩ < 0, g_f ← g_f − ⟨g_f,ema⟩/(‖ema‖²+ε)·ema; g = γ·g_f + α·g_r.
 
     Choices: the EMA takes this step's g_r BEFORE the conflict test (so a fresh state acts like
     pcgrad_global with ema = g_r); the first value seen starts the EMA (no zero start, no bias
