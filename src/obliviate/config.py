@@ -54,6 +54,14 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class CombineConfig:
+    rule: str = _f("sum", "gradient rule: sum | sago | sago_retain | pcgrad | pcgrad_global | blur | gru")
+    separate_backward: bool | None = _f(None, "forget and retain backward separately (always for rules "
+                                              "other than sum; null = only when the rule needs it)")
+    module_stats: bool = _f(False, "log gradient-geometry statistics per parameter tensor too")
+
+
+@dataclass(frozen=True)
 class MethodConfig:
     forget: str = _f("asu", "forget objective (obliviate ls)")
     forget_args: dict = _f({}, "hyper-parameters of the forget objective, e.g. {tau: 3.0, layers: [0]}")
@@ -61,6 +69,8 @@ class MethodConfig:
     retain_args: dict = _f({}, "hyper-parameters of the retain term")
     gamma: float = _f(1.0, "forget weight γ")
     alpha: float = _f(1.0, "retain weight α")
+    refusals: str | None = _f(None, "file of refusal answers for idk/dpo/ap (null: the shipped TOFU list)")
+    combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients are combined (METHODS.md §2)")
 
     def __post_init__(self) -> None:
         _require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
@@ -116,11 +126,11 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    model: ModelConfig = _f(None, "starting model", )
-    data: DataConfig = _f(None, "forget / retain data")
-    method: MethodConfig = _f(None, "forget objective + retain term")
-    train: TrainConfig = _f(None, "optimisation")
-    eval: EvalConfig = _f(None, "evaluation after training")
+    model: ModelConfig = section(ModelConfig(), "starting model")
+    data: DataConfig = section(DataConfig(), "forget / retain data")
+    method: MethodConfig = section(MethodConfig(), "forget objective + retain term")
+    train: TrainConfig = section(TrainConfig(), "optimisation")
+    eval: EvalConfig = section(EvalConfig(), "evaluation after training")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
 
@@ -149,9 +159,9 @@ class FinetuneDataConfig:
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    model: ModelConfig = _f(None, "model to start from; path 'tiny' builds a small Llama + BPE tokenizer from the data")
-    tiny: TinyConfig = _f(None, "size of the model built when model.path is 'tiny'")
-    data: FinetuneDataConfig = _f(None, "training data")
+    model: ModelConfig = section(ModelConfig(), "model to start from; path 'tiny' builds a small Llama + BPE tokenizer from the data")
+    tiny: TinyConfig = section(TinyConfig(), "size of the model built when model.path is 'tiny'")
+    data: FinetuneDataConfig = section(FinetuneDataConfig(), "training data")
     train: TrainConfig = section(TrainConfig(epochs=10, lr=1e-4), "optimisation")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir")
@@ -159,8 +169,8 @@ class FinetuneConfig:
 
 @dataclass(frozen=True)
 class EvalRunConfig:
-    model: ModelConfig = _f(None, "model to evaluate")
-    eval: EvalConfig = _f(None, "splits (eval.source is required) and settings")
+    model: ModelConfig = section(ModelConfig(), "model to evaluate")
+    eval: EvalConfig = section(EvalConfig(), "splits (eval.source is required) and settings")
     max_length: int = _f(256, "max tokens per example for likelihoods")
     output_dir: str = _f("", "where metrics.json and report.md are written")
     overwrite: bool = _f(False, "replace an existing output_dir")

@@ -67,27 +67,82 @@ def test_unknown_objective_lists_valid_names():
         FORGET.get("gradient_ascent")
 
 
-@pytest.mark.parametrize("name", FORGET.names())
-def test_every_forget_objective_returns_finite_scalar(name, small_tok, trained_small):
-    """Contract: every registered objective gives a finite scalar with a gradient to the student only."""
-    from obliviate.data.tokenize import collate, encode_qa, pad_id
-    from obliviate.modeling.frozen import FrozenModels
-    from obliviate.modeling.logprobs import forward_stats
+# What one step of each objective must do on the forget batch (METHODS.md §3 / the issue's contract).
+DIRECTION = {"ga": "forget_down", "npo": "forget_down", "simnpo": "forget_down", "wga": "forget_down",
+             "satimp": "forget_down", "undial": "forget_down", "me": "entropy_up", "asu": "teacher",
+             "idk": "refusal_up", "dpo": "prefer_refusal", "idk_dpo": "prefer_refusal"}
 
-    spec = FORGET.get(name)
-    kw, tkw = spec.resolve({})
-    batch = collate([encode_qa(small_tok, "Who is Ann?", "Ann is a writer.", 64)], pad_id(small_tok))
-    student = trained_small
-    frozen = FrozenModels(student, {**tkw, "tau": 3.0} if "teacher" in spec.needs else None)
-    extra = {}
-    if "teacher" in spec.needs:
-        extra["teacher"] = frozen.teacher_stats(batch)
-    if "reference" in spec.needs:
-        extra["reference"] = frozen.reference_stats(batch)
-    student.zero_grad()
-    loss = spec.fn(forward_stats(student, batch), **extra, **kw)
+
+def test_every_objective_has_a_contract_direction():
+    assert set(DIRECTION) == set(FORGET.names()), "add the new objective's intended direction to DIRECTION"
+
+
+@pytest.fixture(scope="module")
+def memorised(small_world, small_tok):
+    """A tiny model that has memorised the forget author (forget NLL well below 1), as unlearning assumes."""
+    from obliviate.config import TrainConfig
+    from obliviate.modeling.tiny import tiny_llama
+    from obliviate.train.unlearn import finetune
+
+    model = tiny_llama(small_tok, hidden_size=48, num_layers=2, num_heads=4, seed=3)
+    rows = small_world.splits["forget10"] + small_world.splits["retain90"][:30]
+    finetune(model, small_tok, rows, TrainConfig(max_steps=80, batch_size=16, lr=5e-3, progress=False, weight_decay=0.0),
+             max_length=64)
+    return model.eval()
+
+
+def _measure(kind, model, side, frozen, acc, idx):
+    """The quantity the objective should move: forget NLL, refusal NLL, KL to the teacher, or entropy."""
+    from obliviate.modeling.logprobs import forward_stats, masked_token_kl
+    from obliviate.train.unlearn import _shard_batch
+
+    with torch.no_grad():
+        b, _ = _shard_batch(side.enc, idx, acc, 0)
+        s = forward_stats(model, b)
+        if kind in ("refusal_up", "prefer_refusal"):  # log-likelihood of the refusal (minus the answer's)
+            refusal = forward_stats(model, _shard_batch(side.refusal_enc, idx, acc, 0)[0])
+            return (refusal.logp - (s.logp if kind == "prefer_refusal" else 0)).mean().item()
+        if kind == "forget_down":
+            return s.nll.mean().item()
+        if kind == "teacher":
+            return -masked_token_kl(frozen.teacher_stats(b), s).mean().item()
+        lp = s.log_probs()
+        ent = -(lp.exp() * lp).sum(-1)
+        return (ent * s.mask).sum().item() / s.mask.sum().item()
+
+
+@pytest.mark.parametrize("name", FORGET.names())
+def test_contract_every_forget_objective(name, small_world, small_tok, memorised):
+    """Finite scalar, gradient to the student only, θ0 untouched, and one step moves the intended way."""
+    import copy
+
+    from accelerate import Accelerator
+
+    from obliviate.config import MethodConfig
+    from obliviate.modeling.frozen import FrozenModels
+    from obliviate.train.unlearn import _sides, resolve_method
+
+    args = {"tau": 4.0, "layers": [0]} if name == "asu" else {}
+    rm = resolve_method(MethodConfig(forget=name, forget_args=args, retain=None))
+    side, _ = _sides(rm, MethodConfig(forget=name), small_tok, small_world.splits["forget10"], [], 64, 0)
+    student = copy.deepcopy(memorised).train()
+    frozen = FrozenModels(student, rm.teacher_kw) if rm.needs_frozen else None
+    frozen_before = [p.clone() for p in frozen.model.parameters()] if frozen else []
+    acc, idx = Accelerator(cpu=True), list(range(len(side.enc)))
+    kind = DIRECTION[name]
+    before = _measure(kind, student, side, frozen, acc, idx)
+    loss = side.loss(student, frozen, idx, acc, 0)
     assert loss.ndim == 0 and torch.isfinite(loss)
     loss.backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in student.parameters())
-    assert all(p.grad is None for p in frozen.model.parameters())
-    student.zero_grad()
+    if frozen:
+        assert all(p.grad is None and not p.requires_grad for p in frozen.model.parameters())
+    opt = torch.optim.SGD(student.parameters(), lr=0.05 if name not in ("simnpo", "satimp") else 0.5)
+    opt.step()
+    after = _measure(kind, student, side, frozen, acc, idx)
+    if kind == "forget_down":
+        assert after > before, f"{name}: forget NLL {before:.4f} -> {after:.4f} should rise"
+    else:
+        assert after > before, f"{name}: {kind} measure {before:.4f} -> {after:.4f} should rise"
+    for p0, p in zip(frozen_before, frozen.model.parameters() if frozen else []):
+        assert torch.equal(p0, p)

@@ -1,10 +1,5 @@
-"""The one training loop (accelerate): micro-batches, accumulation, clipping, AdamW, schedule, logs.
-
-A caller supplies `compute(micro) -> {name: (weight, loss)}`; the loop backpropagates the weighted
-sum of the terms (one fused backward), accumulates over `grad_accum` micro-batches (no DDP sync
-until the last), clips, steps and logs every term. Losses are already scaled by the caller so
-that the average over ranks equals the loss on the whole global micro-batch.
-"""
+"""The one training loop (accelerate): micro-batches, accumulation, gradient rules, clipping,
+AdamW, schedule, logs. What is optimised comes in a LossPlan (see its docstring)."""
 from __future__ import annotations
 
 import math
@@ -18,14 +13,12 @@ from torch import Tensor
 
 from obliviate.config import TrainConfig
 
-Terms = Mapping[str, tuple[float, Tensor]]
-
-
 @dataclass
 class TrainResult:
     """Per-step logs of a run: step, lr, grad_norm and every loss term (global means)."""
 
     history: list[dict[str, float]] = field(default_factory=list)
+    module_stats: list[dict[str, dict[str, float]]] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -72,32 +65,123 @@ def _progress(enabled: bool, desc: str, steps: int) -> Any:
     return prog
 
 
-def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], compute: Callable[[Any], Terms],
+@dataclass
+class LossPlan:
+    """What the loop optimises: named parts, each computed per micro-batch as (weight, loss).
+
+    `compute(micro, part)` returns the part's weight and its loss, already scaled so that the mean
+    over ranks is the loss on the whole global micro-batch. With rule "sum" and separate=False the
+    weighted parts share one fused backward. Otherwise (the SAGO family, METHODS.md §2) the parts
+    "forget" and "retain" get their own backward, are accumulated in separate buffers (.grad and
+    ONE extra copy), averaged across ranks, and combined once by `obliviate.synthesis.combine`.
+    """
+
+    parts: tuple[str, ...]
+    compute: Callable[[Any, str], tuple[float, Tensor]]
+    rule: str = "sum"
+    separate: bool = False
+    alpha: float = 1.0
+    gamma: float = 1.0
+    module_stats: bool = False
+    rule_state: Any = None
+
+
+def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan,
              cfg: TrainConfig, steps: int, accelerator: Any, optimizer: Any, scheduler: Any,
              desc: str = "train") -> TrainResult:
     """Train for `steps` optimizer steps; returns the per-step history (see module docstring)."""
     result, start = TrainResult(), time.perf_counter()
-    params = [p for p in model.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     model.train()
     with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="")
         for step in range(1, steps + 1):
-            logs: dict[str, Tensor] = {}
-            for k in range(cfg.grad_accum):
-                sync = k == cfg.grad_accum - 1
-                with (nullcontext() if sync else accelerator.no_sync(model)):
-                    terms = compute(next(micro_batches))
-                    loss = sum(w * t for w, t in terms.values()) / cfg.grad_accum
-                    accelerator.backward(loss)
-                for name, (_, t) in terms.items():
-                    logs[name] = logs.get(name, 0.0) + t.detach() / cfg.grad_accum
-                logs["loss"] = logs.get("loss", 0.0) + loss.detach()
+            if plan.separate:
+                logs, extra = _separate_step(model, micro_batches, plan, cfg, accelerator, named)
+            else:
+                logs, extra = _fused_step(model, micro_batches, plan, cfg, accelerator), {}
             entry = _finish_step(accelerator, optimizer, scheduler, params, cfg, logs, step)
+            entry.update(extra.get("stats", {}))
+            if "modules" in extra:
+                result.module_stats.append(extra["modules"])
             result.history.append(entry)
-            prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in entry.items() if k not in ("step", "lr", "loss")))
+            shown = {k: v for k, v in entry.items() if k in plan.parts or k in ("grad_norm", "cos_f_r")}
+            prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in shown.items()))
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
+
+
+def _fused_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,
+                accelerator: Any) -> dict[str, Tensor]:
+    """Accumulate one fused backward of Σ weight·loss per micro-batch (DDP syncs on the last)."""
+    logs: dict[str, Tensor] = {}
+    for k in range(cfg.grad_accum):
+        sync = k == cfg.grad_accum - 1
+        with (nullcontext() if sync else accelerator.no_sync(model)):
+            micro = next(micro_batches)
+            terms = {part: plan.compute(micro, part) for part in plan.parts}
+            loss = sum(w * t for w, t in terms.values()) / cfg.grad_accum
+            accelerator.backward(loss)
+        for name, (_, t) in terms.items():
+            logs[name] = logs.get(name, 0.0) + t.detach() / cfg.grad_accum
+        logs["loss"] = logs.get("loss", 0.0) + loss.detach()
+    return logs
+
+
+def _swap(params: list[Tensor], buffer: list[Tensor | None]) -> None:
+    """Exchange each parameter's .grad with its slot in `buffer` (pointer swap, no copy)."""
+    for i, p in enumerate(params):
+        p.grad, buffer[i] = buffer[i], p.grad
+
+
+def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,
+                   accelerator: Any, named: list[tuple[str, Tensor]]) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Forget and retain backward separately, accumulate, all-reduce, combine into .grad (SAGO family)."""
+    from obliviate.synthesis import combine
+
+    params = [p for _, p in named]
+    forget_buf: list[Tensor | None] = [None] * len(params)
+    logs: dict[str, Tensor] = {}
+    for _ in range(cfg.grad_accum):
+        micro = next(micro_batches)
+        with accelerator.no_sync(model):  # ranks are averaged once below, for both buffers
+            _swap(params, forget_buf)
+            _, lf = plan.compute(micro, "forget")
+            accelerator.backward(lf / cfg.grad_accum)
+            _swap(params, forget_buf)
+            _, lr_ = plan.compute(micro, "retain")
+            accelerator.backward(lr_ / cfg.grad_accum)
+        logs["forget"] = logs.get("forget", 0.0) + lf.detach() / cfg.grad_accum
+        logs["retain"] = logs.get("retain", 0.0) + lr_.detach() / cfg.grad_accum
+    logs["loss"] = plan.gamma * logs["forget"] + plan.alpha * logs["retain"]
+    g_f, g_r = forget_buf, [p.grad for p in params]
+    if accelerator.num_processes > 1:
+        _all_reduce_mean(g_f + g_r, accelerator.num_processes)
+    names = [n for n, _ in named] if plan.module_stats else None
+    grads, stats = combine(plan.rule, g_f, g_r, alpha=plan.alpha, gamma=plan.gamma, state=plan.rule_state,
+                           per_module_names=names)
+    for p, g in zip(params, grads):
+        p.grad = g
+    extra = {"stats": {k: float(v) for k, v in stats.items() if k != "modules"}}
+    if "modules" in stats:
+        extra["modules"] = stats["modules"]
+    return logs, extra
+
+
+def _all_reduce_mean(grads: list[Tensor | None], world: int) -> None:
+    """Average gradients over data-parallel ranks in one flat all-reduce (None entries stay None)."""
+    import torch.distributed as dist
+
+    present = [g for g in grads if g is not None]
+    flat = torch.cat([g.reshape(-1) for g in present])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in present:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def _finish_step(accelerator: Any, optimizer: Any, scheduler: Any, params: list[Tensor], cfg: TrainConfig,

@@ -8,12 +8,14 @@ import torch
 
 from obliviate.config import MethodConfig, TrainConfig
 from obliviate.data.pairing import batches, paired_batches, shard
+from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.modeling.frozen import FrozenModels
-from obliviate.modeling.logprobs import TokenStats, forward_stats
+from obliviate.modeling.logprobs import forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
-from obliviate.train.loop import TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
+from obliviate.errors import ConfigError
+from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
 
 
 @dataclass(frozen=True)
@@ -27,10 +29,20 @@ class ResolvedMethod:
     retain_kw: dict[str, Any]
     gamma: float
     alpha: float
+    rule: str
+    separate: bool
+    module_stats: bool
+
+    def needs(self) -> set[str]:
+        return set(self.forget.needs) | set(self.retain.needs if self.retain else ())
 
     @property
     def needs_frozen(self) -> bool:
-        return bool(self.forget.needs) or bool(self.retain and self.retain.needs)
+        return bool(self.needs() & {"reference", "teacher", "refusal_reference"})
+
+    @property
+    def needs_refusals(self) -> bool:
+        return bool(self.needs() & {"refusal", "refusal_reference"})
 
 
 def resolve_method(m: MethodConfig) -> ResolvedMethod:
@@ -39,20 +51,68 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
     fkw, tkw = f.resolve(m.forget_args)
     r = RETAIN.get(m.retain) if m.retain else None
     rkw = r.resolve(m.retain_args)[0] if r else {}
-    return ResolvedMethod(f, fkw, tkw if "teacher" in f.needs else None, r, rkw, m.gamma, m.alpha)
+    from obliviate.synthesis import RULES
+
+    c = m.combine
+    RULES.get(c.rule)  # unknown rule -> error listing valid rules
+    separate = c.rule != "sum" or bool(c.separate_backward)
+    if c.rule != "sum" and c.separate_backward is False:
+        raise ConfigError(f"method.combine.rule={c.rule} needs separate forget and retain backward passes; "
+                          "drop method.combine.separate_backward=false")
+    if separate and r is None:
+        raise ConfigError(f"method.combine.rule={c.rule} combines forget and retain gradients, but method.retain "
+                          "is null; set a retain term (e.g. method.retain=nll) or use rule sum")
+    return ResolvedMethod(f, fkw, tkw if "teacher" in f.needs else None, r, rkw, m.gamma, m.alpha,
+                          c.rule, separate, c.module_stats)
 
 
 def encode_rows(tokenizer: Any, rows: Sequence[QARow], max_length: int) -> list[Encoded]:
     return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]
 
 
-def _extra(spec: ObjectiveSpec, frozen: FrozenModels | None, batch: dict) -> dict[str, TokenStats]:
-    out: dict[str, TokenStats] = {}
-    if "teacher" in spec.needs:
-        out["teacher"] = frozen.teacher_stats(batch)  # type: ignore[union-attr]
-    if "reference" in spec.needs:
-        out["reference"] = frozen.reference_stats(batch)  # type: ignore[union-attr]
-    return out
+@dataclass
+class Side:
+    """One data side of a step (forget or retain): encodings, optional refusal twins, its loss."""
+
+    spec: ObjectiveSpec
+    kwargs: dict[str, Any]
+    weight: float
+    enc: list[Encoded]
+    refusal_enc: list[Encoded] | None = None
+
+    def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int) -> torch.Tensor:
+        """The side's loss on this rank's shard of the global micro-batch `idx`, scaled to a global mean."""
+        batch, scale = _shard_batch(self.enc, idx, acc, pad)
+        needs, extra = self.spec.needs, {}
+        if "teacher" in needs:
+            extra["teacher"] = frozen.teacher_stats(batch)  # type: ignore[union-attr]
+        if "reference" in needs:
+            extra["reference"] = frozen.reference_stats(batch)  # type: ignore[union-attr]
+        if self.refusal_enc is not None and ("refusal" in needs or "refusal_reference" in needs):
+            rbatch, _ = _shard_batch(self.refusal_enc, idx, acc, pad)
+            if "refusal" in needs:
+                extra["refusal"] = forward_stats(model, rbatch)
+            if "refusal_reference" in needs:
+                extra["refusal_reference"] = frozen.reference_stats(rbatch)  # type: ignore[union-attr]
+        return self.spec.fn(forward_stats(model, batch), **extra, **self.kwargs) * scale
+
+
+def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Sequence[QARow],
+           retain_rows: Sequence[QARow], max_length: int, seed: int) -> tuple[Side, Side | None]:
+    """Encode both sides, with refusal answers for the questions when an objective needs them."""
+    refusals = load_refusals(method.refusals) if rm.needs_refusals else None
+
+    def refusal_twins(rows: Sequence[QARow], stream: int) -> list[Encoded]:
+        answers = assign_refusals(len(rows), refusals, seed * 7 + stream)  # type: ignore[arg-type]
+        return [encode_qa(tokenizer, r.question, a, max_length) for r, a in zip(rows, answers)]
+
+    forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length),
+                  refusal_twins(forget_rows, 0) if refusals else None)
+    if rm.retain is None:
+        return forget, None
+    retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
+                  refusal_twins(retain_rows, 1) if refusals else None)
+    return forget, retain
 
 
 def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tuple[dict, float]:
@@ -69,26 +129,28 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Sequence[QARow]
     if rm.retain is not None:
         check_disjoint(forget_rows, retain_rows)
     acc = accelerator or make_accelerator(train)
-    fenc, renc = encode_rows(tokenizer, forget_rows, max_length), encode_rows(tokenizer, retain_rows, max_length)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
     frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
     if frozen is not None:
         frozen.model.to(acc.device)
     global_batch = train.batch_size * acc.num_processes
-    steps = total_steps(len(fenc), global_batch, train)
+    steps = total_steps(len(fside.enc), global_batch, train)
     opt, sched = make_optimizer(model, train, steps)
     model, opt = acc.prepare(model, opt)
     pad = pad_id(tokenizer)
-    plan = paired_batches(len(fenc), len(renc) if rm.retain else 0, global_batch, seed=train.seed)
+    plan = paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed)
 
-    def compute(micro: tuple[list[int], list[int]]) -> dict[str, tuple[float, torch.Tensor]]:
-        fb, fs = _shard_batch(fenc, micro[0], acc, pad)
-        terms = {"forget": (rm.gamma, rm.forget.fn(forward_stats(model, fb), **_extra(rm.forget, frozen, fb), **rm.forget_kw) * fs)}
-        if rm.retain is not None:
-            rb, rs = _shard_batch(renc, micro[1], acc, pad)
-            terms["retain"] = (rm.alpha, rm.retain.fn(forward_stats(model, rb), **_extra(rm.retain, frozen, rb), **rm.retain_kw) * rs)
-        return terms
+    def compute(micro: tuple[list[int], list[int]], part: str) -> tuple[float, torch.Tensor]:
+        side, idx = (fside, micro[0]) if part == "forget" else (rside, micro[1])
+        return side.weight, side.loss(model, frozen, idx, acc, pad)  # type: ignore[union-attr]
 
-    return run_loop(model, plan, compute, train, steps, acc, opt, sched, desc=f"unlearn {method.forget}")
+    from obliviate.synthesis import RuleState
+
+    loss_plan = LossPlan(parts=("forget", "retain") if rm.retain else ("forget",), compute=compute, rule=rm.rule,
+                         separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
+                         rule_state=RuleState() if rm.separate else None)
+    name = f"unlearn {method.forget}" + (f"+{rm.rule}" if rm.rule != "sum" else "")
+    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name)
 
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Sequence[QARow], train: TrainConfig, *,
@@ -102,8 +164,9 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Sequence[QARow], trai
     model, opt = acc.prepare(model, opt)
     pad = pad_id(tokenizer)
 
-    def compute(idx: list[int]) -> dict[str, tuple[float, torch.Tensor]]:
+    def compute(idx: list[int], part: str) -> tuple[float, torch.Tensor]:
         b, s = _shard_batch(enc, idx, acc, pad)
-        return {"nll": (1.0, forward_stats(model, b, keep_logits=False).nll.mean() * s)}
+        return 1.0, forward_stats(model, b, keep_logits=False).nll.mean() * s
 
-    return run_loop(model, batches(len(enc), global_batch, seed=train.seed), compute, train, steps, acc, opt, sched, desc=desc)
+    plan = LossPlan(parts=("nll",), compute=compute)
+    return run_loop(model, batches(len(enc), global_batch, seed=train.seed), plan, train, steps, acc, opt, sched, desc=desc)
