@@ -1,0 +1,45 @@
+"""Run by tests/train/test_ddp.py under `torchrun --nproc_per_node 2` (and in-process with one process):
+unlearn a tiny float64 model for a few steps with several gradient rules and save the parameters."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from obliviate.config import CombineConfig, MethodConfig, TrainConfig
+from obliviate.data.synthetic import corpus_texts, make_world
+from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+from obliviate.train.unlearn import unlearn
+
+RULES = ("sum", "sago", "pcgrad")
+
+
+def run(out: Path, per_device_batch: int) -> None:
+    """Train one copy per rule from the same start; rank 0 writes parameters and the process count."""
+    from accelerate import Accelerator
+
+    torch.set_num_threads(1)
+    world = make_world(10, seed=1, forget_percents=(10,))
+    tok = train_tokenizer(corpus_texts(world), vocab_size=400)
+    acc = Accelerator(cpu=True)
+    result = {"num_processes": acc.num_processes}
+    for rule in RULES:
+        model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()
+        method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="nll",
+                              combine=CombineConfig(rule=rule))
+        cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
+                          scheduler="constant", weight_decay=0.0)
+        res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], method, cfg,
+                      max_length=48, accelerator=acc)
+        unwrapped = acc.unwrap_model(model) if hasattr(acc, "unwrap_model") else model
+        result[rule] = {"params": [p.detach().reshape(-1).tolist() for p in unwrapped.parameters()],
+                        "history": res.history}
+    if acc.is_main_process:
+        out.write_text(json.dumps(result))
+    acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), int(sys.argv[2]))
