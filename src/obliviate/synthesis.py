@@ -2,8 +2,11 @@
 
 SAGO and its baselines (Xiao et al., ACL 2026, arXiv 2604.14808; METHODS.md §2). γ weighs the
 forget task, α the retain task. Every rule takes two equal-length lists of per-parameter tensors
-(None = no gradient for that parameter) and returns new tensors; inputs are never modified. Inner
-products and norms are accumulated in float64 and results are cast back to the gradient's dtype.
+(None = no gradient for that parameter) and returns new tensors; inputs are never modified.
+Elementwise arithmetic runs in the gradient's precision (half types upcast to float32) and results
+are cast back to the gradient's dtype; inner products use BLAS per tensor and are summed across
+tensors in float64 (gru's projection is computed entirely in float64, as METHODS.md asks). This
+keeps a step's synthesis a small fraction of a backward pass (benchmarks/sago_overhead.py).
 
 Sharding (FSDP/ZeRO): `sum`, `sago` and `sago_retain` are elementwise, so they are exact on a
 shard of the gradients. `pcgrad` needs a dot product over each whole parameter tensor (shard-local
@@ -74,10 +77,23 @@ def _align(forget_grads: Grads, retain_grads: Grads) -> list[Pair]:
     return pairs
 
 
+def _work(t: Tensor) -> Tensor:
+    """The tensor in a working precision: float32/float64 as they are, half types upcast to float32."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def _map(pairs: list[Pair], fn: PairFn) -> Grads:
-    """Apply fn per tensor in float64 (one tensor at a time, to bound memory); cast to g_f's dtype."""
-    return [None if p is None else fn(i, p[0].double(), p[1].double()).to(p[0].dtype)
+    """Apply fn per tensor in working precision (one tensor at a time); cast to g_f's dtype."""
+    return [None if p is None else fn(i, _work(p[0]), _work(p[1])).to(p[0].dtype)
             for i, p in enumerate(pairs)]
+
+
+def _tdot(x: Tensor, y: Tensor) -> Tensor:
+    """⟨x, y⟩ of two same-shape tensors as a float64 scalar (BLAS dot in working precision)."""
+    x, y = _work(x).reshape(-1), _work(y).reshape(-1)
+    if x.dtype != y.dtype:
+        x, y = x.double(), y.double()
+    return torch.dot(x, y).double()
 
 
 def _total(values: list[Tensor]) -> float:
@@ -90,8 +106,7 @@ def _total(values: list[Tensor]) -> float:
 
 def _dot(xs: list[Optional[Tensor]], ys: list[Optional[Tensor]]) -> float:
     """Σ_i ⟨x_i, y_i⟩ over entries present in both lists, accumulated in float64."""
-    return _total([torch.sum(x.double() * y.double())
-                   for x, y in zip(xs, ys) if x is not None and y is not None])
+    return _total([_tdot(x, y) for x, y in zip(xs, ys) if x is not None and y is not None])
 
 
 def _side(pairs: list[Pair], i: int) -> list[Optional[Tensor]]:
@@ -99,8 +114,16 @@ def _side(pairs: list[Pair], i: int) -> list[Optional[Tensor]]:
 
 
 def _conflict(f: Tensor, r: Tensor) -> Tensor:
-    """Elementwise conflict mask c = (g_f ⊙ g_r < 0); [*shape] bool; zeros never conflict."""
-    return (f.sign() * r.sign()) < 0  # signs, not the product: a tiny product cannot underflow to 0
+    """Elementwise conflict mask c = (g_f ⊙ g_r < 0); [*shape] bool; zeros never conflict.
+
+    Signs, not the product: a product of two tiny gradients would underflow to 0 and hide a conflict.
+    """
+    return ((f > 0) & (r < 0)) | ((f < 0) & (r > 0))
+
+
+def _masks(pairs: list[Pair]) -> list[Optional[Tensor]]:
+    """Conflict masks of every pair (None where both gradients are absent)."""
+    return [None if p is None else _conflict(*p) for p in pairs]
 
 
 @RULES.register("sum")
@@ -110,20 +133,32 @@ def rule_sum(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: f
     return _map(_align(forget_grads, retain_grads), lambda _, f, r: gamma * f + alpha * r)
 
 
+def _select(mask: Tensor, r: Tensor, f: Tensor, alpha: float, gamma: float) -> Tensor:
+    """where(mask, α·r, γ·f) with as few full-size temporaries as the weights allow."""
+    if alpha == gamma:
+        out = torch.where(mask, r, f)
+        return out if alpha == 1.0 else out.mul_(alpha)
+    if gamma != 0.0 and 1e-6 <= abs(alpha / gamma) <= 1e6:  # rescaling is exact enough in this range
+        return torch.where(mask, r * (alpha / gamma), f).mul_(gamma)
+    return torch.where(mask, r * alpha, f * gamma)
+
+
 @RULES.register("sago")
 def rule_sago(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-              state: Optional[RuleState] = None) -> Grads:
+              state: Optional[RuleState] = None, masks: Optional[list[Optional[Tensor]]] = None) -> Grads:
     """SAGO: g = α·g_r ⊙ c + γ·g_f ⊙ (1−c), c = (g_f ⊙ g_r < 0); elementwise, shard-local."""
-    return _map(_align(forget_grads, retain_grads),
-                lambda _, f, r: torch.where(_conflict(f, r), alpha * r, gamma * f))
+    pairs = _align(forget_grads, retain_grads)
+    masks = masks if masks is not None else _masks(pairs)
+    return _map(pairs, lambda i, f, r: _select(masks[i], r, f, alpha, gamma))
 
 
 @RULES.register("sago_retain")
 def rule_sago_retain(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-                     state: Optional[RuleState] = None) -> Grads:
+                     state: Optional[RuleState] = None, masks: Optional[list[Optional[Tensor]]] = None) -> Grads:
     """SAGO "prefer retain": g = α·g_r + γ·g_f ⊙ (1−c); elementwise, shard-local."""
-    return _map(_align(forget_grads, retain_grads),
-                lambda _, f, r: alpha * r + gamma * torch.where(_conflict(f, r), 0.0, f))
+    pairs = _align(forget_grads, retain_grads)
+    masks = masks if masks is not None else _masks(pairs)
+    return _map(pairs, lambda i, f, r: alpha * r + gamma * f.masked_fill(masks[i], 0.0))
 
 
 def _pcgrad_tensor(f: Tensor, r: Tensor, alpha: float, gamma: float) -> Tensor:
@@ -220,14 +255,16 @@ def _cos(dot: float, sq_a: float, sq_b: float) -> float:
     return 0.0 if sq_a <= 0.0 or sq_b <= 0.0 else dot / math.sqrt(sq_a * sq_b)
 
 
-def stats(forget_grads: Grads, retain_grads: Grads, combined: Grads) -> dict[str, float]:
+def stats(forget_grads: Grads, retain_grads: Grads, combined: Grads,
+          masks: Optional[list[Optional[Tensor]]] = None) -> dict[str, float]:
     """Global cos_f_r, cos_g_f, cos_g_r (float64; 0.0 if a norm is 0) and conflict_share of coordinates."""
     if len(combined) != len(forget_grads):
         raise ValueError(f"combined has {len(combined)} gradients, inputs have {len(forget_grads)}")
     pairs = _align(forget_grads, retain_grads)
+    masks = masks if masks is not None else _masks(pairs)
     fs, rs, gs = _side(pairs, 0), _side(pairs, 1), combined
     ff, rr, gg = _dot(fs, fs), _dot(rs, rs), _dot(gs, gs)
-    n_conflict = _total([_conflict(*p).sum(dtype=torch.float64) for p in pairs if p is not None])
+    n_conflict = float(sum(int(torch.count_nonzero(m)) for m in masks if m is not None))
     n_total = sum(p[0].numel() for p in pairs if p is not None)
     return {
         "cos_f_r": _cos(_dot(fs, rs), ff, rr),
@@ -259,8 +296,10 @@ def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float
     fn = RULES.get(rule)
     if per_module_names is not None:  # check before a stateful rule touches its state
         _check_names(per_module_names, forget_grads, retain_grads)
-    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state)
-    out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads))
+    masks = _masks(_align(forget_grads, retain_grads))  # computed once: SAGO's mask is stats' conflict count
+    kw = {"masks": masks} if rule.lower() in ("sago", "sago_retain") else {}
+    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state, **kw)
+    out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads, masks))
     if per_module_names is not None:
         out["modules"] = per_module_stats(per_module_names, forget_grads, retain_grads, grads)
     return grads, out

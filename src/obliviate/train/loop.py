@@ -97,12 +97,14 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="")
         for step in range(1, steps + 1):
+            t_step = time.perf_counter()
             if plan.separate:
                 logs, extra = _separate_step(model, micro_batches, plan, cfg, accelerator, named)
             else:
                 logs, extra = _fused_step(model, micro_batches, plan, cfg, accelerator), {}
             entry = _finish_step(accelerator, optimizer, scheduler, params, cfg, logs, step)
             entry.update(extra.get("stats", {}))
+            entry["step_seconds"] = time.perf_counter() - t_step
             if "modules" in extra:
                 result.module_stats.append(extra["modules"])
             result.history.append(entry)

@@ -1,0 +1,103 @@
+"""Step time and peak memory of SAGO against the `sum` rule, measured in one run on one model.
+
+Prints the ratios the SAGO issue targets:
+  sago / sum(two backward)   (same arithmetic: forget and retain backward separately) -> target <= 1.05
+  sago / sum(fused)          (one backward of γ·L_F + α·L_R over the same batches)    -> target <= 1.15
+  peak-memory ratio sago / sum(fused), each variant in a fresh subprocess (ru_maxrss on CPU,
+  torch.cuda.max_memory_allocated on a GPU).
+Timing: variants interleaved in rounds; the median step time per variant over all rounds (the
+machine is shared, single steps can spike). Usage: python benchmarks/sago_overhead.py [--rounds 4]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+VARIANTS = {"sum_fused": ("sum", False), "sum_two_backward": ("sum", True), "sago": ("sago", True)}
+
+
+TOFU = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tofu"
+
+
+def setup(hidden: int, layers: int, data: str = "tofu"):
+    """A Llama (hidden x layers) with a BPE tokenizer on TOFU forget10/retain90 (or the synthetic world)."""
+    from obliviate.data.rows import load_split
+    from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+
+    if data == "tofu":
+        forget, retain = load_split(TOFU, "forget10"), load_split(TOFU, "retain90")
+    else:
+        from obliviate.data.synthetic import make_world
+
+        world = make_world(40, seed=0, forget_percents=(10,))
+        forget, retain = world.splits["forget10"], world.splits["retain90"]
+    tok = train_tokenizer([t for r in forget + retain for t in (r.question, r.answer)], vocab_size=2048)
+    model = tiny_llama(tok, hidden_size=hidden, num_layers=layers, num_heads=8, seed=0)
+    return (forget, retain), tok, model
+
+
+def run_variant(name: str, steps: int, hidden: int, layers: int, state: tuple | None = None,
+                data: str = "tofu") -> list[float]:
+    """Step times of `steps` unlearning steps (ASU_GD) with the variant's rule and backward mode."""
+    import copy
+
+    from obliviate.config import CombineConfig, MethodConfig, TrainConfig
+    from obliviate.train.unlearn import unlearn
+
+    (forget, retain), tok, model = state or setup(hidden, layers, data)
+    rule, separate = VARIANTS[name]
+    method = MethodConfig(forget="asu", forget_args={"tau": 2.0}, retain="nll",
+                          combine=CombineConfig(rule=rule, separate_backward=separate))
+    cfg = TrainConfig(max_steps=steps, batch_size=8, lr=1e-5, progress=False, scheduler="constant")
+    res = unlearn(copy.deepcopy(model), tok, forget, retain, method, cfg, max_length=256)
+    return [h["step_seconds"] for h in res.history[1:]]  # the first step warms up allocators
+
+
+def peak_memory(name: str, steps: int, hidden: int, layers: int, data: str) -> float:
+    """Peak memory (MB) of one variant in a fresh process."""
+    code = (f"import sys; sys.path.insert(0, {repr(sys.path[0])}); import sago_overhead as b, torch, resource, json;"
+            f"torch.set_num_threads(1); b.run_variant({name!r}, {steps}, {hidden}, {layers}, data={data!r});"
+            "cuda = torch.cuda.is_available();"
+            "print(json.dumps(torch.cuda.max_memory_allocated() / 2**20 if cuda else "
+            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (first is dropped)")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--data", choices=("tofu", "synthetic"), default="tofu",
+                    help="TOFU forget10/retain90 (answers ~50 tokens) or the synthetic world (~15 tokens)")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    state = setup(args.hidden, args.layers, args.data)
+    params = sum(p.numel() for p in state[2].parameters())
+    times: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    for _ in range(args.rounds):
+        for name in VARIANTS:
+            times[name] += run_variant(name, args.steps, args.hidden, args.layers, state)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mem = {k: peak_memory(k, 4, args.hidden, args.layers, args.data) for k in ("sum_fused", "sago")}
+    print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters; "
+          f"ASU_GD on {args.data} forget10/retain90, batch 8+8, 1 thread")
+    for k, v in med.items():
+        print(f"  median step {k:<17} {v * 1000:8.1f} ms  ({len(times[k])} steps)")
+    print(f"ratio sago / sum(two backward) = {med['sago'] / med['sum_two_backward']:.3f}   (target <= 1.05)")
+    print(f"ratio sago / sum(fused)        = {med['sago'] / med['sum_fused']:.3f}   (target <= 1.15)")
+    unit = "MB allocated (GPU)" if torch.cuda.is_available() else "MB max RSS (CPU process)"
+    print(f"peak memory sum(fused) {mem['sum_fused']:.0f}, sago {mem['sago']:.0f} {unit}; "
+          f"ratio {mem['sago'] / mem['sum_fused']:.3f}; one extra gradient copy = {params * 4 / 2**20:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
