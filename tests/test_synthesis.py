@@ -297,3 +297,23 @@ def test_inputs_not_modified(fr, alpha, gamma):
     for rule in ALL_RULES:
         combine(rule, f, r, alpha=alpha, gamma=gamma, state=RuleState())
     assert all(torch.equal(a, b) for a, b in zip(f + r, f0 + r0))
+
+
+@pytest.mark.parametrize("rule", ["sum", "sago", "sago_retain", "pcgrad", "pcgrad_global", "blur"])
+def test_combine_into_streams_the_same_result_and_releases_inputs(rule):
+    from obliviate.synthesis import combine, combine_into
+
+    torch.manual_seed(0)
+    f = [torch.randn(3, 4), None, torch.randn(5)]
+    r = [torch.randn(3, 4), torch.randn(2), torch.randn(5)]
+    expect, expect_stats = combine(rule, f, r, alpha=0.5, gamma=2.0, per_module_names=["a", "b", "c"])
+    got: dict[int, torch.Tensor | None] = {}
+    fb, rb = list(f), list(r)
+    out = combine_into(rule, fb, rb, lambda i, g: got.__setitem__(i, g), alpha=0.5, gamma=2.0,
+                       per_module_names=["a", "b", "c"])
+    for i, e in enumerate(expect):
+        torch.testing.assert_close(got[i], e)
+    assert fb == [None] * 3 and rb == [None] * 3
+    for k in ("cos_f_r", "cos_g_f", "cos_g_r", "conflict_share"):
+        assert out[k] == pytest.approx(expect_stats[k], abs=1e-6)
+    assert out["modules"].keys() == expect_stats["modules"].keys()

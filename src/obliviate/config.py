@@ -286,9 +286,13 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def load_config(cls: type, path: str | Path | None, overrides: Sequence[str] = ()) -> Any:
-    """Config of type `cls` from a YAML file (optional) plus `a.b=v` overrides."""
-    raw = read_yaml(path) if path else {}
-    return build(cls, apply_overrides(raw, overrides))
+    """Config of type `cls` from a YAML file (optional) plus `a.b=v` overrides.
+
+    The YAML is resolved against the defaults first, and overrides edit that complete config, so
+    `methods.ASU_KL.forget_args={tau: 8}` changes one entry of a mapping and keeps the rest.
+    """
+    cfg = build(cls, read_yaml(path) if path else {})
+    return build(cls, apply_overrides(to_dict(cfg), overrides)) if overrides else cfg
 
 
 def to_dict(cfg: Any) -> dict:

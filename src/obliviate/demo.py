@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, section, to_dict
+from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, build, section, to_dict
 from obliviate.data.synthetic import corpus_texts, make_world, write_world
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
 from obliviate.modeling.frozen import frozen_copy
@@ -46,13 +46,23 @@ class DemoConfig:
     target_train: TrainConfig = section(TrainConfig(epochs=10, batch_size=16, lr=1e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "target = retain model trained on full")
     unlearn: TrainConfig = section(TrainConfig(epochs=20, batch_size=8, lr=1e-3, scheduler="constant",
-                                               weight_decay=0.0), "unlearning runs (the same budget for both methods)")
-    asu: MethodConfig = section(MethodConfig(forget="asu", forget_args={"tau": 16.0, "layers": [0]}, retain="kl"),
-                                "ASU_KL: attention-smoothing distillation + KL on retain")
-    graddiff: MethodConfig = section(MethodConfig(forget="ga", retain="nll"), "GradDiff: gradient ascent + NLL")
+                                               weight_decay=0.0), "unlearning runs (the same budget for every method)")
+    methods: dict = _f({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 16.0, "layers": [0]}, "retain": "kl"},
+                        "GradDiff": {"forget": "ga", "retain": "nll"}},
+                       "name -> method section (forget, retain, combine, ...), each unlearned from the target")
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")
     output_dir: str = _f("obliviate-demo", "results directory")
     overwrite: bool = _f(False, "replace an existing output_dir")
+
+    def __post_init__(self) -> None:
+        _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
+        reserved = {"retain", "target"} & set(self.methods)
+        _require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
+        self.method_configs()  # every method section is checked now, with its key in the message
+
+    def method_configs(self) -> dict[str, MethodConfig]:
+        """The `methods` mapping as validated MethodConfigs."""
+        return {str(name): build(MethodConfig, raw, f"methods.{name}.") for name, raw in self.methods.items()}
 
 
 def _splits_for(world_dir: Path, cfg: DemoConfig) -> dict:
@@ -101,7 +111,7 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
             runs[name] = {"metrics": evaluate_model(m, tok, splits, cfg.eval, retain_tr, ml)}
         phase("evaluated retain and target models")
         forget_rows, retain_rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
-        for name, method in (("ASU_KL", cfg.asu), ("GradDiff", cfg.graddiff)):
+        for name, method in cfg.method_configs().items():
             student = frozen_copy(target)
             for prm in student.parameters():
                 prm.requires_grad_(True)

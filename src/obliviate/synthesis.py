@@ -255,23 +255,33 @@ def _cos(dot: float, sq_a: float, sq_b: float) -> float:
     return 0.0 if sq_a <= 0.0 or sq_b <= 0.0 else dot / math.sqrt(sq_a * sq_b)
 
 
-def stats(forget_grads: Grads, retain_grads: Grads, combined: Grads,
-          masks: Optional[list[Optional[Tensor]]] = None) -> dict[str, float]:
-    """Global cos_f_r, cos_g_f, cos_g_r (float64; 0.0 if a norm is 0) and conflict_share of coordinates."""
+SUMS = ("ff", "rr", "gg", "fr", "gf", "gr", "n_conflict", "n_total")
+
+
+def stat_sums(forget_grads: Grads, retain_grads: Grads, combined: Grads,
+              masks: Optional[list[Optional[Tensor]]] = None) -> dict[str, float]:
+    """The additive pieces of `stats` (inner products, conflict and coordinate counts), float64."""
     if len(combined) != len(forget_grads):
         raise ValueError(f"combined has {len(combined)} gradients, inputs have {len(forget_grads)}")
     pairs = _align(forget_grads, retain_grads)
     masks = masks if masks is not None else _masks(pairs)
     fs, rs, gs = _side(pairs, 0), _side(pairs, 1), combined
-    ff, rr, gg = _dot(fs, fs), _dot(rs, rs), _dot(gs, gs)
-    n_conflict = float(sum(int(torch.count_nonzero(m)) for m in masks if m is not None))
-    n_total = sum(p[0].numel() for p in pairs if p is not None)
-    return {
-        "cos_f_r": _cos(_dot(fs, rs), ff, rr),
-        "cos_g_f": _cos(_dot(gs, fs), gg, ff),
-        "cos_g_r": _cos(_dot(gs, rs), gg, rr),
-        "conflict_share": n_conflict / n_total if n_total else 0.0,
-    }
+    return {"ff": _dot(fs, fs), "rr": _dot(rs, rs), "gg": _dot(gs, gs), "fr": _dot(fs, rs), "gf": _dot(gs, fs),
+            "gr": _dot(gs, rs), "n_conflict": float(sum(int(torch.count_nonzero(m)) for m in masks if m is not None)),
+            "n_total": float(sum(p[0].numel() for p in pairs if p is not None))}
+
+
+def stats_from_sums(s: dict[str, float]) -> dict[str, float]:
+    """cos_f_r, cos_g_f, cos_g_r (0.0 if a norm is 0) and conflict_share from `stat_sums` totals."""
+    return {"cos_f_r": _cos(s["fr"], s["ff"], s["rr"]), "cos_g_f": _cos(s["gf"], s["gg"], s["ff"]),
+            "cos_g_r": _cos(s["gr"], s["gg"], s["rr"]),
+            "conflict_share": s["n_conflict"] / s["n_total"] if s["n_total"] else 0.0}
+
+
+def stats(forget_grads: Grads, retain_grads: Grads, combined: Grads,
+          masks: Optional[list[Optional[Tensor]]] = None) -> dict[str, float]:
+    """Global cos_f_r, cos_g_f, cos_g_r (float64; 0.0 if a norm is 0) and conflict_share of coordinates."""
+    return stats_from_sums(stat_sums(forget_grads, retain_grads, combined, masks))
 
 
 def _check_names(names: list[str], *lists: Grads) -> None:
@@ -303,3 +313,48 @@ def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float
     if per_module_names is not None:
         out["modules"] = per_module_stats(per_module_names, forget_grads, retain_grads, grads)
     return grads, out
+
+
+PER_TENSOR = ("sum", "sago", "sago_retain", "pcgrad")  # rules whose output i depends on input i only
+
+
+def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Callable[[int, Optional[Tensor]], None],
+                 *, alpha: float, gamma: float, state: Optional[RuleState] = None,
+                 per_module_names: Optional[list[str]] = None) -> dict[str, Any]:
+    """`combine`, streamed: output i goes to `write(i, g_i)` and inputs i are released (set to None).
+
+    For per-tensor rules this bounds memory to the two input gradient sets plus ONE tensor (the
+    loop writes g_i into .grad as it comes); global rules (pcgrad_global, blur, gru) need every
+    output before any is written, so they hold one more full copy while combining. The lists are
+    the caller's own buffers and are emptied. Returns the stats dict of `combine`.
+    """
+    if rule.lower() not in PER_TENSOR:
+        grads, out = combine(rule, forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state,
+                             per_module_names=per_module_names)
+        for i, g in enumerate(grads):
+            forget_grads[i] = retain_grads[i] = None
+            write(i, g)
+        return out
+    fn = RULES.get(rule)
+    if per_module_names is not None:
+        _check_names(per_module_names, forget_grads, retain_grads)
+    _align(forget_grads, retain_grads)  # validate every pair before anything is written
+    totals = dict.fromkeys(SUMS, 0.0)
+    modules: dict[str, dict[str, float]] = {}
+    for i in range(len(forget_grads)):
+        f, r = [forget_grads[i]], [retain_grads[i]]
+        if f[0] is None and r[0] is None:
+            write(i, None)
+            continue
+        masks = _masks(_align(f, r))
+        g = fn(f, r, alpha=alpha, gamma=gamma, state=state, **({"masks": masks} if rule.lower().startswith("sago") else {}))
+        part = stat_sums(f, r, g, masks)
+        totals = {k: totals[k] + part[k] for k in SUMS}
+        if per_module_names is not None:
+            modules[per_module_names[i]] = stats_from_sums(part)
+        forget_grads[i] = retain_grads[i] = None
+        write(i, g[0])
+    out: dict[str, Any] = dict(stats_from_sums(totals))
+    if per_module_names is not None:
+        out["modules"] = modules
+    return out

@@ -50,7 +50,7 @@ def target_dir(world_dir, tmp_path_factory):
 def test_finetune_then_unlearn_then_eval(world_dir, target_dir, tmp_path):
     assert (target_dir / "model.safetensors").is_file() and (target_dir / "obliviate.yaml").is_file()
     out = tmp_path / "unlearned"
-    rc = main(["unlearn", "--config", "configs/tofu/asu_kl_forget01.yaml", f"model.path={target_dir}",
+    rc = main(["unlearn", "--config", "configs/tofu/asu_kl.yaml", f"model.path={target_dir}",
                f"data.source={world_dir}", "data.forget_split=forget10", "data.retain_split=retain90",
                "data.max_length=64", "train.max_steps=2", "train.grad_accum=1", "train.progress=false",
                "eval.forget_split=forget10_perturbed", f"eval.retain_model={target_dir}",
@@ -68,7 +68,7 @@ def test_finetune_then_unlearn_then_eval(world_dir, target_dir, tmp_path):
 
 def test_unlearn_runs_on_real_tofu_files(tofu_dir, target_dir, tmp_path):
     out = tmp_path / "tofu"
-    rc = main(["unlearn", "--config", "configs/tofu/graddiff_forget01.yaml", f"model.path={target_dir}",
+    rc = main(["unlearn", "--config", "configs/tofu/graddiff.yaml", f"model.path={target_dir}",
                f"data.source={tofu_dir}", "train.max_steps=1", "train.grad_accum=1", "train.progress=false",
                "data.max_length=64", "eval.max_examples=3", "eval.max_new_tokens=8", f"eval.retain_model={target_dir}",
                f"output_dir={out}"])
@@ -120,3 +120,21 @@ def test_ls_lists_components(capsys):
     assert main(["ls"]) == 0
     out = capsys.readouterr().out
     assert "asu" in out and "kl" in out and "demo.yaml" in out
+
+
+PRESETS = sorted(p.stem for p in __import__("pathlib").Path("configs/synthetic").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_runs_a_step(name, world_dir, target_dir, tmp_path):
+    """Each named method runs on the synthetic world (one step, no eval); its TOFU twin loads."""
+    from obliviate.config import RunConfig, load_config
+
+    load_config(RunConfig, f"configs/tofu/{name}.yaml")
+    out = tmp_path / name
+    rc = main(["unlearn", "--config", f"configs/synthetic/{name}.yaml", f"model.path={target_dir}",
+               f"data.source={world_dir}", "data.max_length=48", "train.max_steps=1", "train.progress=false",
+               "eval.enabled=false", f"output_dir={out}"])
+    assert rc == 0
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert len(history) == 1 and all(v == v for v in history[0].values())  # no NaN

@@ -40,10 +40,14 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_config(RunConfig, bad)
 
 
-def test_section_defaults_differ_per_field_and_merge():
-    cfg = load_config(DemoConfig, None, ["asu.forget_args={tau: 5.0}"])
-    assert cfg.asu.forget == "asu" and cfg.asu.forget_args == {"tau": 5.0}
-    assert cfg.graddiff.forget == "ga" and cfg.graddiff.retain == "nll"
+def test_section_defaults_differ_per_field_and_overrides_edit_one_entry():
+    cfg = load_config(DemoConfig, None, ["methods.ASU_KL.forget_args={tau: 5.0}", "unlearn.lr=3e-4"])
+    methods = cfg.method_configs()
+    assert methods["ASU_KL"].forget == "asu" and methods["ASU_KL"].forget_args == {"tau": 5.0}
+    assert methods["GradDiff"].forget == "ga" and methods["GradDiff"].retain == "nll"
+    assert cfg.unlearn.lr == 3e-4 and cfg.retain_train.lr == 3e-3  # per-section defaults kept
+    with pytest.raises(ConfigError, match=r"methods.GradDiff.combine.rul"):
+        load_config(DemoConfig, None, ["methods.GradDiff.combine.rul=sago"])
 
 
 def test_apply_overrides_does_not_mutate_input():
@@ -63,6 +67,8 @@ def test_shipped_configs_load():
     for f in files:
         kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
         load_config(_config_class(kind), f)
+    presets = {p.stem for p in (root / "synthetic").glob("*.yaml")}
+    assert presets == {p.stem for p in (root / "tofu").glob("*.yaml") if "finetune" not in p.stem}
 
 
 def test_demo_yaml_spells_out_the_builtin_defaults():

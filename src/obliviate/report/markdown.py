@@ -21,6 +21,26 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+GEOMETRY = ("cos_f_r", "cos_g_f", "cos_g_r", "conflict_share")
+
+
+def geometry_summary(history: list[dict[str, float]]) -> dict[str, float] | None:
+    """Means over a run's steps of the gradient-geometry statistics (None for a fused `sum` run)."""
+    steps = [h for h in history if all(k in h for k in GEOMETRY)]
+    if not steps:
+        return None
+    return {k: sum(h[k] for h in steps) / len(steps) for k in GEOMETRY} | {"steps": len(steps)}
+
+
+def _geometry_rows(results: Mapping[str, Any]) -> list[tuple[str, dict[str, float]]]:
+    rows = []
+    for name, run in results["runs"].items():
+        geo = geometry_summary(run.get("history", []))
+        if geo:
+            rows.append((name, geo))
+    return rows
+
+
 def fmt(value: Any) -> str:
     """A metric for display: 'n/a' when undefined, scientific notation for tiny p-values."""
     if value is None:
@@ -39,7 +59,16 @@ def console_table(results: Mapping[str, Any]) -> str:
     for name, run in results["runs"].items():
         table.add_row(name, *(fmt(run["metrics"].get(k)) for k, _ in COLUMNS))
     buf = io.StringIO()
-    Console(file=buf, width=160, force_terminal=False, color_system=None).print(table)
+    console = Console(file=buf, width=160, force_terminal=False, color_system=None)
+    console.print(table)
+    geo = _geometry_rows(results)
+    if geo:
+        gt = Table(title="gradient geometry, mean over steps (cos = cosine; g = the update written to .grad)")
+        for col in ("run", "cos(g_f, g_r)", "cos(g, g_f)", "cos(g, g_r)", "conflicting coordinates"):
+            gt.add_column(col, justify="right" if col != "run" else "left")
+        for name, g in geo:
+            gt.add_row(name, *(fmt(g[k]) for k in GEOMETRY))
+        console.print(gt)
     return buf.getvalue().rstrip()
 
 
@@ -71,6 +100,11 @@ def write_report(path: Path, results: Mapping[str, Any]) -> None:
              "Model utility: harmonic mean of 9 numbers on retain, real authors, world facts. "
              "Fact recall: share of the annotated facts that the greedy answer contains.", "",
              "## Forget questions, before and after", "", samples(results)]
+    geo = _geometry_rows(results)
+    if geo:
+        parts += ["## Gradient geometry (mean over optimizer steps)", "",
+                  "| run | cos(g_f, g_r) | cos(g, g_f) | cos(g, g_r) | conflicting coordinates |", "|---|---|---|---|---|"]
+        parts += [f"| {n} | " + " | ".join(fmt(g[k]) for k in GEOMETRY) + " |" for n, g in geo] + [""]
     notes = {f"{name}: {n}" for name, run in results["runs"].items() for n in run["metrics"].get("notes", [])}
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in sorted(notes)]

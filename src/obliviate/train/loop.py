@@ -73,7 +73,9 @@ class LossPlan:
     over ranks is the loss on the whole global micro-batch. With rule "sum" and separate=False the
     weighted parts share one fused backward. Otherwise (the SAGO family, METHODS.md §2) the parts
     "forget" and "retain" get their own backward, are accumulated in separate buffers (.grad and
-    ONE extra copy), averaged across ranks, and combined once by `obliviate.synthesis.combine`.
+    ONE extra copy), averaged across ranks, and combined once by `obliviate.synthesis.combine_into`,
+    which writes each combined tensor into .grad as it is produced (per-tensor rules: peak memory
+    is .grad + one gradient copy + one tensor; global rules hold one more copy while combining).
     """
 
     parts: tuple[str, ...]
@@ -141,7 +143,7 @@ def _swap(params: list[Tensor], buffer: list[Tensor | None]) -> None:
 def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,
                    accelerator: Any, named: list[tuple[str, Tensor]]) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Forget and retain backward separately, accumulate, all-reduce, combine into .grad (SAGO family)."""
-    from obliviate.synthesis import combine
+    from obliviate.synthesis import combine_into
 
     params = [p for _, p in named]
     forget_buf: list[Tensor | None] = [None] * len(params)
@@ -162,10 +164,14 @@ def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: L
     if accelerator.num_processes > 1:
         _all_reduce_mean(g_f + g_r, accelerator.num_processes)
     names = [n for n, _ in named] if plan.module_stats else None
-    grads, stats = combine(plan.rule, g_f, g_r, alpha=plan.alpha, gamma=plan.gamma, state=plan.rule_state,
-                           per_module_names=names)
-    for p, g in zip(params, grads):
-        p.grad = g
+    for p in params:  # g_r now lives only in the list, so each .grad can be replaced as it is combined
+        p.grad = None
+
+    def write(i: int, g: Tensor | None) -> None:
+        params[i].grad = g
+
+    stats = combine_into(plan.rule, g_f, g_r, write, alpha=plan.alpha, gamma=plan.gamma,
+                         state=plan.rule_state, per_module_names=names)
     extra = {"stats": {k: float(v) for k, v in stats.items() if k != "modules"}}
     if "modules" in stats:
         extra["modules"] = stats["modules"]
