@@ -115,14 +115,28 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     return metrics
 
 
-def list_components() -> str:
-    """One line per forget objective, retain term and preset recipe."""
-    from obliviate.objectives import FORGET, RETAIN
+def _first_line(obj: Any) -> str:
+    doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+    return doc[0] if doc else ""
 
-    lines = ["forget objectives:"]
-    lines += [f"  {n:<10} {FORGET.get(n).summary}" for n in FORGET.names()]
-    lines += ["retain terms:"] + [f"  {n:<10} {RETAIN.get(n).summary}" for n in RETAIN.names()]
-    presets = sorted(Path(__file__).resolve().parents[2].glob("configs/**/*.yaml"))
+
+def _preset_line(path: Path) -> str:
+    """A preset's relative path and the first line of its header comment."""
+    first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
+    return f"  {path.relative_to(path.parents[1] if path.parent.name != 'configs' else path.parent)!s:<28} {first.lstrip('# ')}"
+
+
+def list_components() -> str:
+    """One line per forget objective, retain term, gradient rule and preset recipe."""
+    from obliviate.objectives import FORGET, RETAIN
+    from obliviate.synthesis import RULES
+
+    lines = ["forget objectives (method.forget):"]
+    lines += [f"  {n:<12} {FORGET.get(n).summary}" for n in FORGET.names()]
+    lines += ["retain terms (method.retain):"] + [f"  {n:<12} {RETAIN.get(n).summary}" for n in RETAIN.names()]
+    lines += ["gradient rules (method.combine.rule):"] + [f"  {n:<12} {_first_line(RULES.get(n))}" for n in RULES.names()]
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    presets = sorted(configs.glob("*.yaml")) + sorted(configs.glob("*/*.yaml"))
     if presets:
-        lines += ["presets (configs/):"] + [f"  {p.relative_to(p.parents[1]) if p.parent.name != 'configs' else p.name}" for p in presets]
+        lines += [f"presets ({configs}):"] + [_preset_line(p) for p in presets]
     return "\n".join(lines)

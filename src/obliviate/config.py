@@ -91,8 +91,13 @@ class TrainConfig:
     seed: int = _f(0, "seed for initialisation order, shuffling and forget/retain pairing")
     cpu: bool = _f(False, "force the CPU even when a GPU is present")
     progress: bool = _f(True, "show a rich progress bar")
+    checkpoint_dir: str | None = _f(None, "directory for checkpoints; a run with one resumes from it")
+    checkpoint_every: int = _f(0, "save a checkpoint every N optimizer steps (0 = never)")
 
     def __post_init__(self) -> None:
+        _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
+        _require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
+                 self.checkpoint_every, "0 unless train.checkpoint_dir is set")
         _require(self.epochs > 0, "train.epochs", self.epochs, "> 0")
         _require(self.max_steps is None or self.max_steps >= 1, "train.max_steps", self.max_steps, ">= 1 or null")
         _require(self.batch_size >= 1, "train.batch_size", self.batch_size, ">= 1")

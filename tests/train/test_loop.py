@@ -89,3 +89,55 @@ def test_atomic_dir_leaves_nothing_on_error_and_keeps_old(tmp_path):
     with atomic_dir(target, overwrite=True) as d:
         (d / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
+
+
+@pytest.mark.parametrize("rule", ["gru", "sum"])
+def test_resumed_run_equals_uninterrupted(rule, small_world, small_tok, trained_small, tmp_path):
+    """Stop after 2 of 4 steps (checkpoint), resume in a fresh call: same parameters and history."""
+    method = MethodConfig(forget="npo", retain="nll", combine=CombineConfig(rule=rule))
+    forget, retain = small_world.splits["forget10"], small_world.splits["retain90"]
+    full = copy.deepcopy(trained_small)
+    ref = unlearn(full, small_tok, forget, retain, method, _cfg(max_steps=4, batch_size=2, grad_accum=2, lr=1e-3),
+                  max_length=64)
+    ck = tmp_path / "ck"
+    part = copy.deepcopy(trained_small)
+    with pytest.raises(KeyboardInterrupt):
+        _interrupt_after(2, lambda: unlearn(part, small_tok, forget, retain, method,
+                                            _cfg(max_steps=4, batch_size=2, grad_accum=2, lr=1e-3,
+                                                 checkpoint_dir=str(ck), checkpoint_every=2), max_length=64))
+    assert (ck / "checkpoint.pt").is_file()
+    resumed_model = copy.deepcopy(trained_small)  # resuming starts from θ0 again, like a new process
+    from obliviate.train import loop
+
+    original, calls = loop._finish_step, []
+    loop._finish_step = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        res = unlearn(resumed_model, small_tok, forget, retain, method,
+                      _cfg(max_steps=4, batch_size=2, grad_accum=2, lr=1e-3, checkpoint_dir=str(ck),
+                           checkpoint_every=2), max_length=64)
+    finally:
+        loop._finish_step = original
+    assert len(calls) == 2, "the resumed run must only do the 2 remaining steps"
+    for a, b in zip(full.parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    key = [k for k in ref.history[0] if k != "step_seconds"]
+    assert [[h[k] for k in key] for h in res.history] == [[h[k] for k in key] for h in ref.history]
+
+
+def _interrupt_after(steps, fn):
+    """Run fn, raising KeyboardInterrupt when the loop starts optimizer step `steps + 1`."""
+    from obliviate.train import loop
+
+    original, count = loop._finish_step, [0]
+
+    def counting(*a, **k):
+        count[0] += 1
+        if count[0] > steps:
+            raise KeyboardInterrupt
+        return original(*a, **k)
+
+    loop._finish_step = counting
+    try:
+        fn()
+    finally:
+        loop._finish_step = original

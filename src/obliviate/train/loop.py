@@ -6,12 +6,14 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
 
 from obliviate.config import TrainConfig
+from obliviate.train.checkpoint import Checkpointer
 
 @dataclass
 class TrainResult:
@@ -95,10 +97,16 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
+    ckpt = Checkpointer(Path(cfg.checkpoint_dir), cfg.checkpoint_every) if cfg.checkpoint_dir else None
+    done = 0
+    if ckpt is not None:
+        done, result.history = ckpt.load(model, optimizer, scheduler, plan.rule_state, accelerator)
+        for _ in range(done * cfg.grad_accum):  # the plan is seeded: skip what the saved steps used
+            next(micro_batches)
     model.train()
     with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
-        task = prog.add_task(desc, total=steps, terms="")
-        for step in range(1, steps + 1):
+        task = prog.add_task(desc, total=steps, terms="", completed=done)
+        for step in range(done + 1, steps + 1):
             t_step = time.perf_counter()
             if plan.separate:
                 logs, extra = _separate_step(model, micro_batches, plan, cfg, accelerator, named)
@@ -112,6 +120,8 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
             result.history.append(entry)
             shown = {k: v for k, v in entry.items() if k in plan.parts or k in ("grad_norm", "cos_f_r")}
             prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in shown.items()))
+            if ckpt is not None and ckpt.due(step, steps):
+                ckpt.save(step, model, optimizer, scheduler, plan.rule_state, result.history, accelerator)
     result.seconds = time.perf_counter() - start
     model.eval()
     return result
