@@ -70,7 +70,8 @@ def test_unknown_objective_lists_valid_names():
 # What one step of each objective must do on the forget batch (METHODS.md §3 / the contract).
 DIRECTION = {"ga": "forget_down", "npo": "forget_down", "simnpo": "forget_down", "wga": "forget_down",
              "satimp": "forget_down", "undial": "forget_down", "me": "entropy_up", "asu": "teacher",
-             "idk": "refusal_up", "dpo": "prefer_refusal", "idk_dpo": "prefer_refusal"}
+             "idk": "refusal_up", "dpo": "prefer_refusal", "idk_dpo": "prefer_refusal", "rmu": "hidden_to_target"}
+ARGS = {"asu": {"tau": 4.0, "layers": [0]}, "rmu": {"layer": 1, "steering_coef": 2.0}}
 
 
 def test_every_objective_has_a_contract_direction():
@@ -99,6 +100,10 @@ def _measure(kind, model, side, frozen, acc, idx):
     with torch.no_grad():
         b, _ = _shard_batch(side.enc, idx, acc, 0)
         s = forward_stats(model, b)
+        if kind == "hidden_to_target":  # minus the RMU loss itself: the hidden states approach c·u
+            from obliviate.objectives.forget import rmu
+
+            return -rmu(forward_stats(model, b, hidden=True), **side.kwargs).item()
         if kind in ("refusal_up", "prefer_refusal"):  # log-likelihood of the refusal (minus the answer's)
             refusal = forward_stats(model, _shard_batch(side.refusal_enc, idx, acc, 0)[0])
             return (refusal.logp - (s.logp if kind == "prefer_refusal" else 0)).mean().item()
@@ -122,8 +127,7 @@ def test_contract_every_forget_objective(name, small_world, small_tok, memorised
     from obliviate.modeling.frozen import FrozenModels
     from obliviate.train.unlearn import _sides, resolve_method
 
-    args = {"tau": 4.0, "layers": [0]} if name == "asu" else {}
-    rm = resolve_method(MethodConfig(forget=name, forget_args=args, retain=None))
+    rm = resolve_method(MethodConfig(forget=name, forget_args=ARGS.get(name, {}), retain=None))
     side, _ = _sides(rm, MethodConfig(forget=name), small_tok, small_world.splits["forget10"], [], 64, 0)
     student = copy.deepcopy(memorised).train()
     frozen = FrozenModels(student, rm.teacher_kw) if rm.needs_frozen else None
@@ -146,3 +150,45 @@ def test_contract_every_forget_objective(name, small_world, small_tok, memorised
         assert after > before, f"{name}: {kind} measure {before:.4f} -> {after:.4f} should rise"
     for p0, p in zip(frozen_before, frozen.model.parameters() if frozen else []):
         assert torch.equal(p0, p)
+
+
+def test_rmu_and_hidden_mse_hand_values():
+    from obliviate.objectives.forget import steering_vector
+
+    u = steering_vector(2, seed=0).double()
+    # one real token whose layer-0 output is exactly c·u, one padded token far away: loss 0
+    h = torch.stack([5.0 * u, torch.tensor([100.0, -100.0], dtype=torch.float64)]).unsqueeze(0)
+    s = TokenStats(logits=None, token_logp=torch.zeros(1, 1), mask=torch.ones(1, 1, dtype=torch.bool),
+                   hidden=(torch.zeros_like(h), h), attention_mask=torch.tensor([[1, 0]]))
+    assert FORGET.get("rmu").fn(s, layer=0, steering_coef=5.0).item() == pytest.approx(0.0, abs=1e-12)
+    # shift the real token by (1, 1): MSE = (1 + 1) / 2 = 1
+    s.hidden = (s.hidden[0], h + torch.tensor([[[1.0, 1.0], [0.0, 0.0]]], dtype=torch.float64))
+    assert FORGET.get("rmu").fn(s, layer=0, steering_coef=5.0).item() == pytest.approx(1.0)
+    ref = TokenStats(logits=None, token_logp=torch.zeros(1, 1), mask=s.mask, hidden=(h, h), attention_mask=s.attention_mask)
+    assert RETAIN.get("hidden_mse").fn(s, ref, layer=0).item() == pytest.approx(1.0)
+    assert abs(u.norm().item() - 1) < 1e-6 and (u >= 0).all()
+    with pytest.raises(ValueError, match="out of range"):
+        FORGET.get("rmu").fn(s, layer=3)
+
+
+def test_rmu_trains_only_the_chosen_layers(small_world, small_tok, memorised):
+    import copy
+
+    from obliviate.config import MethodConfig, TrainConfig
+    from obliviate.train.unlearn import unlearn
+
+    student = copy.deepcopy(memorised)
+    before = {n: p.clone() for n, p in student.named_parameters()}
+    unlearn(student, small_tok, small_world.splits["forget10"], small_world.splits["retain90"],
+            MethodConfig(forget="rmu", forget_args={"layer": 1, "steering_coef": 2.0}, retain="hidden_mse",
+                         retain_args={"layer": 1}, alpha=10.0),
+            TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
+    changed = {n for n, p in student.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".layers." in n for n in changed)  # default trainable layers: layer-2..layer = 0, 1
+    frozen = copy.deepcopy(memorised)
+    before = {n: p.clone() for n, p in frozen.named_parameters()}
+    unlearn(frozen, small_tok, small_world.splits["forget10"], small_world.splits["retain90"],
+            MethodConfig(forget="rmu", forget_args={"layer": 1, "trainable_layers": [1]}, retain=None),
+            TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
+    changed = {n for n, p in frozen.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".layers.1." in n for n in changed)

@@ -29,9 +29,9 @@ class FrozenModels:
         self.teacher = dict(teacher) if teacher is not None else None
 
     @torch.no_grad()
-    def reference_stats(self, batch: Mapping[str, Any]) -> TokenStats:
-        """TokenStats of θ0 (unsmoothed) on `batch`."""
-        return forward_stats(self.model, batch)
+    def reference_stats(self, batch: Mapping[str, Any], hidden: bool = False) -> TokenStats:
+        """TokenStats of θ0 (unsmoothed) on `batch` (with hidden states when asked)."""
+        return forward_stats(self.model, batch, hidden=hidden)
 
     @torch.no_grad()
     def teacher_stats(self, batch: Mapping[str, Any]) -> TokenStats:

@@ -23,13 +23,17 @@ class TokenStats:
     logits: [B, T-1, V] (may be None when only token log-probs were kept);
     token_logp: [B, T-1] log p(y_t | x, y_<t) (0 where mask is False);
     mask: [B, T-1] bool, True on answer tokens that count;
-    targets: [B, T-1] long next-token ids (0 where mask is False), or None when not kept.
+    targets: [B, T-1] long next-token ids (0 where mask is False), or None when not kept;
+    hidden: hidden states (embeddings, layer 0 output, ...), each [B, T, H], when asked for (RMU);
+    attention_mask: [B, T] of the batch (1 = real token), set together with `hidden`.
     """
 
     logits: Tensor | None
     token_logp: Tensor
     mask: Tensor
     targets: Tensor | None = None
+    hidden: tuple[Tensor, ...] | None = None
+    attention_mask: Tensor | None = None
     _log_probs: Tensor | None = field(default=None, repr=False)
 
     @property
@@ -82,10 +86,14 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
-def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True) -> TokenStats:
-    """Run `model` on a collated batch and return its TokenStats on the batch's labels."""
-    out = model(**model_inputs(batch), use_cache=False)
-    return token_stats(out.logits, batch["labels"], keep_logits=keep_logits)
+def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True,
+                  hidden: bool = False) -> TokenStats:
+    """Run `model` on a collated batch and return its TokenStats on the batch's labels (+ hidden states)."""
+    out = model(**model_inputs(batch), use_cache=False, output_hidden_states=hidden)
+    stats = token_stats(out.logits, batch["labels"], keep_logits=keep_logits)
+    if hidden:
+        stats.hidden, stats.attention_mask = tuple(out.hidden_states), batch["attention_mask"]
+    return stats
 
 
 def kl_per_token(p_log_probs: Tensor, q_log_probs: Tensor) -> Tensor:
@@ -111,3 +119,19 @@ def masked_token_kl(p: TokenStats, q: TokenStats) -> Tensor:
 def per_example_avg_loss(model: torch.nn.Module, batch: Mapping[str, Any]) -> Tensor:
     """[B] mean answer-token NLL of each example (METRICS.md `avg_loss`), no gradients kept."""
     return forward_stats(model, batch, keep_logits=False).nll
+
+
+def hidden_at(stats: TokenStats, layer: int) -> Tensor:
+    """[B, T, H] output of decoder layer `layer` (0-based; hidden_states[layer + 1]) from TokenStats."""
+    if stats.hidden is None:
+        raise ValueError("these TokenStats carry no hidden states (the objective must need 'hidden')")
+    n_layers = len(stats.hidden) - 1
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer {layer} out of range: the model has {n_layers} decoder layers (0..{n_layers - 1})")
+    return stats.hidden[layer + 1]
+
+
+def masked_mse(h: Tensor, target: Tensor, attention_mask: Tensor) -> Tensor:
+    """Mean squared error over real tokens and hidden units. h [B, T, H], target broadcastable, mask [B, T]."""
+    m = attention_mask.to(h.dtype).unsqueeze(-1)
+    return (((h - target) ** 2) * m).sum() / (m.sum() * h.shape[-1]).clamp_min(1)

@@ -6,8 +6,10 @@ names the extra statistics the loop passes by keyword, each a TokenStats on a [B
   "reference"          frozen θ0 on the same batch,
   "teacher"            frozen θ0 with smoothed attention (ASU),
   "refusal"            the student on the same questions answered with a refusal (IDK, DPO, AP),
-  "refusal_reference"  frozen θ0 on that refusal batch.
-`teacher_params` are hyper-parameters the loop uses to build the teacher (ASU's tau, layers).
+  "refusal_reference"  frozen θ0 on that refusal batch,
+  "hidden"             policy (and reference, if also needed) TokenStats carry hidden states (RMU).
+`loop_params` are hyper-parameters the loop consumes instead of the loss: the teacher's tau and
+layers (ASU), the trainable layers (RMU).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ class ObjectiveSpec:
     name: str
     fn: Callable[..., Any]
     needs: tuple[str, ...] = ()
-    teacher_params: Mapping[str, Any] = field(default_factory=dict)
+    loop_params: Mapping[str, Any] = field(default_factory=dict)
     summary: str = ""
 
     def loss_defaults(self) -> dict[str, Any]:
@@ -37,10 +39,10 @@ class ObjectiveSpec:
 
     def defaults(self) -> dict[str, Any]:
         """Every hyper-parameter a config may set for this objective, with its default."""
-        return {**self.loss_defaults(), **dict(self.teacher_params)}
+        return {**self.loss_defaults(), **dict(self.loop_params)}
 
     def resolve(self, args: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Split user args into (loss kwargs, teacher kwargs), defaults filled; unknown keys are errors."""
+        """Split user args into (loss kwargs, loop kwargs), defaults filled; unknown keys are errors."""
         args = dict(args or {})
         valid = self.defaults()
         unknown = sorted(set(args) - set(valid))
@@ -49,32 +51,32 @@ class ObjectiveSpec:
                               f"valid keys: {sorted(valid) or 'none'}")
         merged = {**valid, **args}
         loss = {k: merged[k] for k in self.loss_defaults()}
-        teacher = {k: merged[k] for k in self.teacher_params}
-        return loss, teacher
+        loop = {k: merged[k] for k in self.loop_params}
+        return loss, loop
 
 
-NEEDS = ("reference", "teacher", "refusal", "refusal_reference")
+NEEDS = ("reference", "teacher", "refusal", "refusal_reference", "hidden")
 
 FORGET: Registry[ObjectiveSpec] = Registry("forget objective")
 RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
 
 
-def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], teacher_params: Mapping[str, Any] | None):
+def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], loop_params: Mapping[str, Any] | None):
     unknown = sorted(set(needs) - set(NEEDS))
     if unknown:
         raise ValueError(f"{name}: unknown needs {unknown}; valid: {NEEDS}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or "").strip().splitlines()
-        reg.add(name, ObjectiveSpec(name, fn, needs, dict(teacher_params or {}), doc[0] if doc else ""))
+        reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else ""))
         return fn
 
     return deco
 
 
-def forget_objective(name: str, *, needs: tuple[str, ...] = (), teacher_params: Mapping[str, Any] | None = None):
+def forget_objective(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None):
     """Decorator registering a forget objective (a loss to minimise on the forget batch)."""
-    return _register(FORGET, name, needs, teacher_params)
+    return _register(FORGET, name, needs, loop_params)
 
 
 def retain_term(name: str, *, needs: tuple[str, ...] = ()):

@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from obliviate.modeling.logprobs import TokenStats, masked_token_kl, sequence_mean
+from obliviate.modeling.logprobs import TokenStats, hidden_at, masked_mse, masked_token_kl, sequence_mean
 from obliviate.objectives.base import forget_objective
 
 
-@forget_objective("asu", needs=("teacher",), teacher_params={"tau": 2.0, "layers": None})
+@forget_objective("asu", needs=("teacher",), loop_params={"tau": 2.0, "layers": None})
 def asu(policy: TokenStats, teacher: TokenStats) -> Tensor:
     """ASU forget loss (arXiv 2603.01285, §1): mean_x (1/|y|) Σ_t KL(p_θτ ‖ p_θ); stats [B, T-1, V] -> scalar.
 
@@ -182,3 +182,22 @@ def satimp(policy: TokenStats, *, beta1: float = 5.0, beta2: float = 1.0) -> Ten
     """
     p = policy.token_logp.detach().exp()
     return weighted_nll_ascent(policy.token_logp, p.pow(beta1) * (1.0 - p).clamp_min(0.0).pow(beta2), policy.mask)
+
+
+def steering_vector(hidden_size: int, seed: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """RMU's fixed random direction u: uniform [0, 1)^H from `seed`, normalised to unit length. -> [H]."""
+    u = torch.rand(hidden_size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (u / u.norm()).to(dtype)
+
+
+@forget_objective("rmu", needs=("hidden",), loop_params={"trainable_layers": None})
+def rmu(policy: TokenStats, *, layer: int = 7, steering_coef: float = 6.5, seed: int = 0) -> Tensor:
+    """RMU forget loss (Li et al. 2024, WMDP): MSE(h_layer(forget), c·u) over real tokens; [B, T, H] -> scalar.
+
+    u = steering_vector(H, seed); only `trainable_layers` are trained (default layer-2..layer).
+    Hand check: H = 2, h = [[3, 4]] at the one real token, c·u = [0.6c, 0.8c] with u = (0.6, 0.8)
+    and c = 5 gives target (3, 4): loss 0.
+    """
+    h = hidden_at(policy, layer)
+    u = steering_vector(h.shape[-1], seed, h.dtype).to(h.device)
+    return masked_mse(h, steering_coef * u, policy.attention_mask)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from obliviate.modeling.logprobs import TokenStats, masked_token_kl
+from obliviate.modeling.logprobs import TokenStats, hidden_at, masked_mse, masked_token_kl
 from obliviate.objectives.base import retain_term
 
 
@@ -33,3 +33,9 @@ def ap(policy: TokenStats, refusal: TokenStats, *, beta: float = 0.1) -> Tensor:
         raise ValueError(f"retain and refusal batches hold different numbers of examples: "
                          f"{policy.mask.shape[0]} vs {refusal.mask.shape[0]}")
     return -(1.0 / beta) * F.logsigmoid(beta * (policy.logp - refusal.logp)).mean()
+
+
+@retain_term("hidden_mse", needs=("hidden", "reference"))
+def hidden_mse(policy: TokenStats, reference: TokenStats, *, layer: int = 7) -> Tensor:
+    """RMU retain term (Li et al. 2024): MSE(h_layer(retain), h_layer^ref(retain)) over real tokens -> scalar."""
+    return masked_mse(hidden_at(policy, layer), hidden_at(reference, layer).detach(), policy.attention_mask)

@@ -24,7 +24,7 @@ class ResolvedMethod:
 
     forget: ObjectiveSpec
     forget_kw: dict[str, Any]
-    teacher_kw: dict[str, Any] | None
+    loop_kw: dict[str, Any]
     retain: ObjectiveSpec | None
     retain_kw: dict[str, Any]
     gamma: float
@@ -35,6 +35,11 @@ class ResolvedMethod:
 
     def needs(self) -> set[str]:
         return set(self.forget.needs) | set(self.retain.needs if self.retain else ())
+
+    @property
+    def teacher_kw(self) -> dict[str, Any] | None:
+        """tau / layers of the smoothed teacher, when the forget objective has one."""
+        return self.loop_kw if "teacher" in self.forget.needs else None
 
     @property
     def needs_frozen(self) -> bool:
@@ -62,7 +67,7 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
     if separate and r is None:
         raise ConfigError(f"method.combine.rule={c.rule} combines forget and retain gradients, but method.retain "
                           "is null; set a retain term (e.g. method.retain=nll) or use rule sum")
-    return ResolvedMethod(f, fkw, tkw if "teacher" in f.needs else None, r, rkw, m.gamma, m.alpha,
+    return ResolvedMethod(f, fkw, tkw, r, rkw, m.gamma, m.alpha,
                           c.rule, separate, c.module_stats)
 
 
@@ -84,17 +89,19 @@ class Side:
         """The side's loss on this rank's shard of the global micro-batch `idx`, scaled to a global mean."""
         batch, scale = _shard_batch(self.enc, idx, acc, pad)
         needs, extra = self.spec.needs, {}
+        hidden = "hidden" in needs
         if "teacher" in needs:
             extra["teacher"] = frozen.teacher_stats(batch)  # type: ignore[union-attr]
         if "reference" in needs:
-            extra["reference"] = frozen.reference_stats(batch)  # type: ignore[union-attr]
+            extra["reference"] = frozen.reference_stats(batch, hidden=hidden)  # type: ignore[union-attr]
         if self.refusal_enc is not None and ("refusal" in needs or "refusal_reference" in needs):
             rbatch, _ = _shard_batch(self.refusal_enc, idx, acc, pad)
             if "refusal" in needs:
                 extra["refusal"] = forward_stats(model, rbatch)
             if "refusal_reference" in needs:
                 extra["refusal_reference"] = frozen.reference_stats(rbatch)  # type: ignore[union-attr]
-        return self.spec.fn(forward_stats(model, batch), **extra, **self.kwargs) * scale
+        policy = forward_stats(model, batch, keep_logits=not hidden, hidden=hidden)
+        return self.spec.fn(policy, **extra, **self.kwargs) * scale
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Sequence[QARow],
@@ -115,6 +122,31 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
     return forget, retain
 
 
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of decoder layers (the ModuleList as long as config.num_hidden_layers)."""
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    raise ConfigError(f"cannot find the decoder layers of {type(model).__name__}; RMU needs a model with "
+                      "config.num_hidden_layers and a ModuleList of that many layers")
+
+
+def freeze_except_layers(model: torch.nn.Module, layers: list[int] | None, anchor: int | None) -> list[int]:
+    """Train only decoder `layers` (default anchor-2..anchor, as RMU does); every other parameter is frozen."""
+    stack = decoder_layers(model)
+    chosen = list(layers) if layers is not None else [i for i in range((anchor or 0) - 2, (anchor or 0) + 1) if i >= 0]
+    bad = [i for i in chosen if not 0 <= i < len(stack)]
+    if bad or not chosen:
+        raise ConfigError(f"trainable_layers {chosen} must be indices of the {len(stack)} decoder layers (0..{len(stack) - 1})")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for i in chosen:
+        for p in stack[i].parameters():
+            p.requires_grad_(True)
+    return chosen
+
+
 def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tuple[dict, float]:
     """This rank's collated share of a global micro-batch and the factor making rank means global."""
     mine = shard(idx, acc.process_index, acc.num_processes)
@@ -130,6 +162,8 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Sequence[QARow]
         check_disjoint(forget_rows, retain_rows)
     acc = accelerator or make_accelerator(train)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
+    if "trainable_layers" in rm.loop_kw:
+        freeze_except_layers(model, rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
     frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
     if frozen is not None:
         frozen.model.to(acc.device)
