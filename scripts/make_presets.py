@@ -22,6 +22,8 @@ METHODS = {
               {"forget": "me", "retain": "nll", "gamma": 0.1}),
     "undial": ("UNDIAL: self-distillation to reference logits with the gold token lowered (beta 10)",
                {"forget": "undial", "forget_args": {"beta": 10.0}, "retain": None}),
+    "rmu": ("RMU: steer layer-L hidden states of forget text to c·u, keep retain hidden states (alpha 1200); "
+            "trains layers L-2..L only", {"forget": "rmu", "retain": "hidden_mse", "alpha": 1200.0}),
     "asu_gd": ("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"}),
     "asu_kl": ("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
                {"forget": "asu", "retain": "kl"}),
@@ -47,6 +49,7 @@ TARGETS = {
                   "warmup_ratio": 0.1, "weight_decay": 0.01},
         "eval": {"forget_split": "forget01_perturbed", "retain_model": "runs/tofu-retain99-tiny"},
         "asu_args": {"tau": 2.0, "layers": None},
+        "rmu_layer": 2, "rmu_coef": 2.0,  # the tiny 4-layer target; WMDP's 7B recipe: layer 7, c 6.5
     },
     "synthetic": {
         "note": "the demo's synthetic world and target model (run `obliviate demo` first); forget10 = 2 authors.",
@@ -57,6 +60,7 @@ TARGETS = {
         "eval": {"forget_split": "forget10_perturbed", "retain_model": "obliviate-demo/models/retain",
                  "batch_size": 32},
         "asu_args": {"tau": 16.0, "layers": [0]},
+        "rmu_layer": 1, "rmu_coef": 2.0,  # the demo's 2-layer model
     },
 }
 
@@ -67,6 +71,9 @@ def preset(name: str, target: str) -> tuple[str, dict]:
     method = {**method}
     if method["forget"] == "asu":
         method["forget_args"] = dict(t["asu_args"])
+    if method["forget"] == "rmu":
+        method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": t["rmu_coef"]}
+        method["retain_args"] = {"layer": t["rmu_layer"]}
     cfg = {"model": t["model"], "data": t["data"], "method": method, "train": t["train"], "eval": t["eval"],
            "output_dir": f"runs/{target}-{name}"}
     header = (f"# {desc}.\n# On {t['note']}\n"
