@@ -2,8 +2,9 @@
 # Install obliviate (editable, with test extras) so that torch is the right build for this machine.
 #  - torch already importable: kept as it is (GPU users: install the torch build you want first).
 #  - an NVIDIA GPU visible (nvidia-smi): the default torch from PyPI, which is a CUDA build.
-#  - otherwise: the CPU build of torch 2.13.0, from a local wheel when pip finds one (--no-index),
-#    else from the PyTorch CPU index; an unpinned torch would pull a multi-GB CUDA build.
+#  - otherwise: the CPU build of torch 2.13.0: from a local wheel when pip's find-links has one
+#    (its dependencies from the usual index), else from the PyTorch CPU index; an unpinned torch
+#    would pull a multi-GB CUDA build.
 set -euo pipefail
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")"
@@ -14,7 +15,14 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "$PY" -m pip install "torch>=2.2"
 else
   echo "install.sh: no GPU found, installing the CPU build of torch ${TORCH_CPU_VERSION:=2.13.0}"
-  "$PY" -m pip install --no-index "torch==${TORCH_CPU_VERSION}" 2>/dev/null \
-    || "$PY" -m pip install "torch==${TORCH_CPU_VERSION}" --index-url https://download.pytorch.org/whl/cpu
+  probe=$(mktemp -d)
+  if "$PY" -m pip download --quiet --no-deps --no-index -d "$probe" "torch==${TORCH_CPU_VERSION}" >/dev/null 2>&1 \
+     && ls "$probe" | grep -q '+cpu'; then
+    "$PY" -m pip install "torch==${TORCH_CPU_VERSION}"   # the local +cpu wheel outranks the index's build
+  else
+    "$PY" -m pip install "torch==${TORCH_CPU_VERSION}" --index-url https://download.pytorch.org/whl/cpu \
+      --extra-index-url https://pypi.org/simple
+  fi
+  rm -rf "$probe"
 fi
 "$PY" -m pip install -e ".[dev]"
