@@ -1,4 +1,4 @@
-"""Command line: obliviate demo | finetune | unlearn | eval | ls.
+"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | ls.
 
 User errors (bad data, config, paths) print one clear message and exit with status 2; no partial
 output directory is left behind (runs write into a temporary directory that is renamed at the end).
@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in (("demo", "offline demo: synthetic world -> target/retain models -> ASU_KL vs GradDiff -> report"),
                         ("finetune", "train a model on QA data (e.g. the target or the retain model)"),
                         ("unlearn", "unlearn a forget split from a model, then evaluate it"),
-                        ("eval", "evaluate a model with the TOFU metrics")):
+                        ("eval", "evaluate a model with the TOFU metrics"),
+                        ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau")):
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
         sp.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. train.lr=1e-5")
@@ -28,10 +29,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config_class(command: str) -> type:
-    from obliviate.config import EvalRunConfig, FinetuneConfig, RunConfig
+    from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, RunConfig
     from obliviate.demo import DemoConfig
 
-    return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig}[command]
+    return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig,
+            "calibrate": CalibrateConfig}[command]
 
 
 def _quiet_libraries() -> None:

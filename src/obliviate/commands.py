@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from obliviate.config import EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, to_dict
+from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, to_dict
 from obliviate.data.rows import QARow, check_disjoint, load_split
 from obliviate.errors import ConfigError
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
@@ -140,3 +140,25 @@ def list_components() -> str:
     if presets:
         lines += [f"presets ({configs}):"] + [_preset_line(p) for p in presets]
     return "\n".join(lines)
+
+
+def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+    """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
+    from obliviate.eval.analysis import calibrate, default_layer_sets
+    from obliviate.report.markdown import calibration_table
+
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir, cfg.overwrite)
+    rows = load_split(_need(cfg.source, "source", "<data dir or hub id>"), cfg.split)
+    rows = rows[: cfg.max_examples] if cfg.max_examples else rows
+    model, tok = _load(cfg.model)
+    layer_sets = cfg.layer_sets if cfg.layer_sets is not None else default_layer_sets(model.config.num_hidden_layers)
+    res = calibrate(model, tok, rows, [float(t) for t in cfg.taus], layer_sets, functional_budget=cfg.functional_budget,
+                    min_factual=cfg.min_factual, max_length=cfg.max_length)
+    text = calibration_table(res)
+    print(text)
+    if cfg.output_dir:
+        with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+            write_json(out / "calibration.json", {"config": to_dict(cfg), **res})
+            (out / "calibration.md").write_text(text + "\n", encoding="utf-8")
+    return res

@@ -181,6 +181,26 @@ class EvalRunConfig:
     overwrite: bool = _f(False, "replace an existing output_dir")
 
 
+@dataclass(frozen=True)
+class CalibrateConfig:
+    model: ModelConfig = section(ModelConfig(), "the model to unlearn (θ0); its smoothed copy is the teacher")
+    source: str = _f("", "data directory / file / hub id of the forget set")
+    split: str = _f("forget10", "the forget split to calibrate on")
+    max_examples: int | None = _f(200, "use the first N rows (null: all)")
+    taus: list = _f([1.5, 2.0, 3.0, 4.0, 8.0, 16.0], "temperatures to try")
+    layer_sets: list | None = _f(None, "layer sets to try, e.g. [[0], [0, 1], null]; null = a default sweep")
+    functional_budget: float = _f(0.7, "max mean log-prob loss (nats) of functional tokens for a setting to count")
+    min_factual: float = _f(0.3, "factual tokens must lose at least this many nats to be recommended by selectivity")
+    max_length: int = _f(256, "max tokens per example")
+    output_dir: str = _f("", "where calibration.json and calibration.md are written (optional)")
+    overwrite: bool = _f(False, "replace an existing output_dir")
+
+    def __post_init__(self) -> None:
+        _require(bool(self.taus) and all(isinstance(t, (int, float)) and t > 0 for t in self.taus),
+                 "taus", self.taus, "a non-empty list of positive numbers")
+        _require(self.functional_budget > 0, "functional_budget", self.functional_budget, "> 0")
+
+
 def _is_dataclass_type(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 

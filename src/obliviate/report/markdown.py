@@ -109,3 +109,24 @@ def write_report(path: Path, results: Mapping[str, Any]) -> None:
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in sorted(notes)]
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+
+
+def calibration_table(res: Mapping[str, Any]) -> str:
+    """The τ calibration sweep as a Markdown table, with the recommendation and the rule behind it."""
+    lines = ["| tau | layers | factual Δlogp | functional Δlogp | selectivity | admissible |", "|---|---|---|---|---|---|"]
+    for g in res["grid"]:
+        layers = "all" if g["layers"] is None else ",".join(map(str, g["layers"]))
+        lines.append(f"| {g['tau']:g} | {layers} | {g['factual_shift']:.3f} | {g['functional_shift']:.3f} | "
+                     f"{g['selectivity']:.3f} | {'yes' if g['admissible'] else 'no'} |")
+    best = res["recommended"]
+    n = res["grid"][0] if res["grid"] else {}
+    lines += ["", f"Mean per-token log-prob change of the smoothed teacher vs the model on the forget answers "
+                  f"({n.get('n_factual', 0)} factual, {n.get('n_functional', 0)} functional tokens). "
+                  f"Admissible: functional loss ≤ {res['functional_budget']} nats."]
+    if best:
+        layers = "all" if best["layers"] is None else best["layers"]
+        lines.append(f"Recommended for ASU: tau={best['tau']:g}, layers={layers} "
+                     f"(method.forget_args={{tau: {best['tau']:g}, layers: {best['layers'] if best['layers'] is not None else 'null'}}}).")
+    else:
+        lines.append(f"No recommendation: {res['note']}")
+    return "\n".join(lines)
