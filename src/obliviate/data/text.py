@@ -1,0 +1,169 @@
+"""Raw-text corpora for MUSE-style unlearning (Shi et al. 2024): loading, validation, training windows.
+
+Sources (`load_texts(source, split)`):
+- a `.txt` file is ONE document (a book, an article); blank lines inside it are kept, not split on;
+- a `.jsonl` file holds one JSON object with a string "text" field per line;
+- a `.json` file holds a list of such objects or of plain strings (or {"data": [...]});
+- a directory with a split: `<dir>/<split>.jsonl|.json|.txt`, or `<dir>/<split>/` holding `*.txt`
+  files (one document each); a split may name a sub-folder, "raw/forget" -> `<dir>/raw/forget.jsonl`,
+  which mirrors the MUSE hub configs (see obliviate.eval.muse);
+- a directory without a split: every `*.txt` in it, sorted by name, one document each;
+- a hub id "owner/name" (e.g. muse-bench/MUSE-News) with split "config/split" ("raw/forget") or
+  `config=` and split, through datasets.load_dataset; rows need a string "text" field.
+Empty or whitespace-only documents, a missing / non-string "text" and an empty corpus are DataErrors
+naming file:line (JSONL), file item i (JSON) or hub row i.
+
+Chunking (`chunk_texts`): each document becomes [BOS] + its tokens (no EOS), cut into consecutive
+windows of `max_length` tokens (stride = max_length, no overlap). Every token is a label (no prompt
+mask). A document's last, shorter window is kept when it holds at least `min_tokens` tokens, and a
+document that fits in one window is always kept (if it has >= 2 tokens, i.e. one next-token target),
+so short documents are never lost; dropped tails are at most min_tokens - 1 tokens per document.
+MUSE's own trainer instead joins a .txt corpus into one stream and gives every window its own BOS.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from obliviate.data.rows import read_records
+from obliviate.data.tokenize import Encoded
+from obliviate.errors import DataError
+
+TEXT_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".txt")
+DEFAULT_MIN_TOKENS = 32
+
+
+def text_from_record(rec: Any, where: str) -> str:
+    """The document of one raw record: a non-empty string, or an object's string "text" field."""
+    if isinstance(rec, dict):
+        if "text" not in rec or rec["text"] is None:
+            raise DataError(f"{where}: missing field 'text' (every raw-text row needs a 'text' string)")
+        rec = rec["text"]
+    elif not isinstance(rec, str):
+        raise DataError(f"{where}: expected an object with a 'text' field or a string, got {type(rec).__name__}")
+    if not isinstance(rec, str):
+        raise DataError(f"{where}: field 'text' must be a string, got {type(rec).__name__}")
+    if not rec.strip():
+        raise DataError(f"{where}: the document is empty")
+    return rec
+
+
+def read_text_file(path: Path) -> list[str]:
+    """Documents of one .txt (the whole file), .jsonl or .json file; an empty file is an error."""
+    if path.suffix not in TEXT_SUFFIXES:
+        raise DataError(f"{path}: unsupported raw-text file type {path.suffix!r}; "
+                        f"use one of {', '.join(TEXT_SUFFIXES)}")
+    if path.suffix == ".txt":
+        try:
+            return [text_from_record(path.read_text(encoding="utf-8"), str(path))]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read {path}: {exc}") from None
+    docs = [text_from_record(rec, where) for where, rec in read_records(path)]
+    if not docs:
+        raise DataError(f"{path}: the corpus is empty; it needs at least one document")
+    return docs
+
+
+def _txt_dir(directory: Path) -> list[str]:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix == ".txt")
+    if not files:
+        raise DataError(f"{directory}: no .txt documents in this directory (name a split to read "
+                        f"<split>.jsonl / <split>.json / <split>.txt instead)")
+    return [doc for f in files for doc in read_text_file(f)]
+
+
+def split_source(directory: Path, split: str) -> Path:
+    """The file (or folder of .txt files) of `split` in `directory`; `split` may hold '/' (raw/forget)."""
+    base = directory / split
+    for ext in TEXT_SUFFIXES:
+        cand = base.with_name(base.name + ext)
+        if cand.is_file():
+            return cand
+    if base.is_dir():
+        return base
+    parent = base.parent
+    have = sorted({p.stem for p in parent.iterdir() if p.suffix in TEXT_SUFFIXES}) if parent.is_dir() else []
+    raise DataError(f"no split {split!r} in {directory} (looked for {split}.jsonl / .json / .txt and a "
+                    f"{split}/ folder of .txt files); splits there: {', '.join(have) or 'none'}")
+
+
+def load_hub_texts(repo_id: str, config: str | None, split: str) -> list[str]:
+    """Documents of `split` of hub dataset `repo_id` (config e.g. "raw") via datasets.load_dataset."""
+    import datasets  # heavy import, only on this path
+
+    try:
+        ds = datasets.load_dataset(repo_id, config, split=split)
+    except Exception as exc:  # network, unknown config or split, ... all become one clear message
+        raise DataError(f"could not load {repo_id!r} config {config!r} split {split!r} from the hub: {exc}. "
+                        "Offline? Point the source at a local directory in the same layout instead.") from None
+    name = f"{repo_id}/{config}/{split}" if config else f"{repo_id}/{split}"
+    docs = [text_from_record(dict(rec), f"{name} row {i}") for i, rec in enumerate(ds)]
+    if not docs:
+        raise DataError(f"{name}: the corpus is empty")
+    return docs
+
+
+def is_hub_id(source: str) -> bool:
+    """True for "owner/name" that is not a local path (a hub dataset id)."""
+    return source.count("/") == 1 and not source.startswith((".", "/", "~")) and not Path(source).exists()
+
+
+def load_texts(source: str | Path, split: str | None = None, *, config: str | None = None) -> list[str]:
+    """Raw documents from a file, a directory (+ split), or a hub id + "config/split" (module docstring)."""
+    path = Path(source)
+    if path.is_file():
+        return read_text_file(path)
+    if path.is_dir():
+        if not split:
+            return _txt_dir(path)
+        target = split_source(path / config if config else path, split)
+        return _txt_dir(target) if target.is_dir() else read_text_file(target)
+    if is_hub_id(str(source)):
+        if not split:
+            raise DataError(f"hub dataset {source!r} needs a split, e.g. 'raw/forget' (config/split)")
+        if config is None and "/" in split:
+            config, split = split.split("/", 1)
+        return load_hub_texts(str(source), config, split)
+    raise DataError(f"text source {str(source)!r} is neither a file, a directory, nor a hub dataset id "
+                    "(owner/name with a 'config/split')")
+
+
+def document_ids(tokenizer: Any, text: str) -> list[int]:
+    """[BOS] + token ids of one document (no EOS); BOS only when the tokenizer has one."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return ([bos] if bos is not None else []) + tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def window_ids(ids: Sequence[int], max_length: int, min_tokens: int) -> list[list[int]]:
+    """Consecutive non-overlapping windows of `max_length` ids; a short tail is kept if >= min_tokens
+    ids or if it is the only window (and holds >= 2 ids). [L] -> list of [<= max_length]."""
+    windows = [list(ids[i:i + max_length]) for i in range(0, len(ids), max_length)]
+    if len(windows) > 1 and len(windows[-1]) < min_tokens:
+        windows.pop()
+    return [w for w in windows if len(w) >= 2]
+
+
+def chunk_texts(tokenizer: Any, texts: Sequence[str], max_length: int,
+                min_tokens: int | None = None) -> list[Encoded]:
+    """Training windows of raw documents, every token a label (MUSE raw-text training, Shi et al. 2024).
+
+    Returns Encoded(input_ids [<= max_length], labels == input_ids, truncated = the document needed
+    more than one window), in document order, ready for tokenize.collate. min_tokens defaults to
+    min(DEFAULT_MIN_TOKENS, max_length).
+    """
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2, got {max_length}")
+    min_tokens = min(DEFAULT_MIN_TOKENS, max_length) if min_tokens is None else min_tokens
+    if not 2 <= min_tokens <= max_length:
+        raise ValueError(f"min_tokens must lie in [2, max_length={max_length}] (2 = one next-token target), "
+                         f"got {min_tokens}")
+    if not texts:
+        raise DataError("no documents to chunk: the corpus is empty")
+    out: list[Encoded] = []
+    for text in texts:
+        ids = document_ids(tokenizer, text)
+        split = len(ids) > max_length
+        out += [Encoded(w, list(w), split) for w in window_ids(ids, max_length, min_tokens)]
+    if not out:
+        raise DataError("chunking produced no training windows: every document tokenised to fewer than 2 tokens")
+    return out

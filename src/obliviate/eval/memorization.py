@@ -1,0 +1,146 @@
+"""TOFU memorisation extras and MUSE PrivLeak (METRICS.md "TOFU", "Also reported", and "MUSE").
+
+Extraction strength and exact memorisation both come from one teacher-forced pass: `correct[t]` says whether
+answer token t (EOS included, as `avg_loss` counts it) is the argmax given the gold prefix. With N answer
+tokens, ES = 1 - k/N for the smallest k in 0..N such that every token at position >= k is correct; k = N (an
+empty rest) always qualifies, so ES = 0 when the last token is wrong. (open-unlearning's loop stops at
+k = N - 1 and reports 1/N in that case; we report 0.) EM = mean(correct).
+
+PrivLeak (MUSE, Shi et al. 2024) = (AUC_unlearned - AUC_retrain) / AUC_retrain x 100 with MUSE's AUC
+orientation: AUC = P(score_forget > score_holdout) of Min-K% (k = 0.4) scores (higher = less likely a member),
+i.e. 1 - `mia_auc(forget, holdout)`. A model that still knows the forget set scores it low: AUC near 0,
+PrivLeak near -100 (under-unlearning); a retrained model sits near 0.5 (PrivLeak ~0); positive = over-unlearning.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from obliviate.data.rows import QARow
+from obliviate.eval.mia import DEFAULT_K, Item, TokenScores, mia_auc, min_k_score, token_scores
+from obliviate.eval.tofu import MetricInfo
+
+DEFAULT_AUC_RETRAIN = 0.5
+
+MEMORIZATION_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
+    MetricInfo("forget_extraction_strength", False, 1,
+               "forget set: mean 1 - k/N, k the shortest gold prefix after which teacher-forced argmax "
+               "reproduces the rest of the answer (0 when the last token is wrong)"),
+    MetricInfo("forget_exact_memorization", False, 1,
+               "forget set: mean share of answer tokens that are the argmax given the gold prefix"),
+    # The best PrivLeak is 0, not an extreme: higher_is_better cannot say that (as in eval/muse.py).
+    MetricInfo("privleak", False, 1,
+               "SIGNED MUSE PrivLeak (AUC - AUC_retrain)/AUC_retrain x 100; ideal 0, negative = under-unlearning "
+               "(target ~ -100), positive = over-unlearning; its flag is moot: rank by privleak_abs"),
+    MetricInfo("privleak_abs", False, 1, "|privleak|: distance from a retrained model's leakage"),
+    MetricInfo("privleak_auc", True, 1,
+               "MUSE orientation: P(Min-K% score forget > holdout); ~0 = forget set exposed, ~0.5 = like a "
+               "retrained model"),
+)}
+
+
+# ---------------------------------------------------------------- pure functions on arrays
+def _correct(correct: np.ndarray) -> np.ndarray:
+    c = np.asarray(correct)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError(f"expected a non-empty 1-D correctness vector, got shape {c.shape}")
+    return c.astype(bool)
+
+
+def extraction_strength_from_correct(correct: np.ndarray) -> float:
+    """TOFU extraction strength 1 - k/N, k = smallest prefix length with all tokens >= k correct. [N] -> scalar."""
+    c = _correct(correct)
+    wrong = np.flatnonzero(~c)
+    k = 0 if wrong.size == 0 else int(wrong[-1]) + 1  # the rest must start after the last wrong token
+    return 1.0 - k / c.size
+
+
+def exact_memorization_from_correct(correct: np.ndarray) -> float:
+    """TOFU exact memorisation: share of answer tokens that are the teacher-forced argmax. [N] -> scalar."""
+    return float(_correct(correct).mean())
+
+
+def privleak_auc(forget_scores: np.ndarray, holdout_scores: np.ndarray) -> float:
+    """MUSE's PrivLeak AUC: P(score_forget > score_holdout) + ties/2 = 1 - mia_auc(forget, holdout)."""
+    # mia_auc(members, nonmembers) = P(nonmember > member); MUSE labels the other way round.
+    return mia_auc(holdout_scores, forget_scores)
+
+
+def privleak(auc_unlearned: float, auc_retrain: float | None = None) -> tuple[float, str | None]:
+    """MUSE PrivLeak (AUC_unlearned - AUC_retrain) / AUC_retrain x 100; AUC_retrain defaults to 0.5 with a note."""
+    note = None
+    if auc_retrain is None:
+        auc_retrain = DEFAULT_AUC_RETRAIN
+        note = "privleak uses AUC_retrain = 0.5 (no retrained model given), as MUSE does without one"
+    for name, v in (("auc_unlearned", auc_unlearned), ("auc_retrain", auc_retrain)):
+        if not 0 <= v <= 1:
+            raise ValueError(f"{name} must be an AUC in [0, 1], got {v}")
+    if auc_retrain == 0:
+        raise ValueError("auc_retrain is 0: PrivLeak divides by it and is undefined")
+    return (auc_unlearned - auc_retrain) / auc_retrain * 100.0, note
+
+
+# ---------------------------------------------------------------- model-running
+def _pairs(rows: Sequence[QARow | Item]) -> list[QARow | Item]:
+    if not rows:
+        raise ValueError("no rows to evaluate")
+    return list(rows)
+
+
+def extraction_strength(model: Any, tokenizer: Any, rows: Sequence[QARow | Item], *, batch_size: int = 16,
+                        max_length: int = 256) -> np.ndarray:
+    """Per-example TOFU extraction strength of the answers (one teacher-forced pass per batch) -> [N]."""
+    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False)
+    return np.array([extraction_strength_from_correct(c) for c in ts.correct])
+
+
+def exact_memorization(model: Any, tokenizer: Any, rows: Sequence[QARow | Item], *, batch_size: int = 16,
+                       max_length: int = 256) -> np.ndarray:
+    """Per-example TOFU exact memorisation of the answers (one teacher-forced pass per batch) -> [N]."""
+    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False)
+    return np.array([exact_memorization_from_correct(c) for c in ts.correct])
+
+
+def _min_k_auc(ts: TokenScores, n_forget: int, k: float) -> float:
+    scores = np.array([min_k_score(lp, k) for lp in ts.logp])
+    return privleak_auc(scores[:n_forget], scores[n_forget:])
+
+
+def min_k_privleak_auc(model: Any, tokenizer: Any, forget: Sequence[QARow | Item], holdout: Sequence[QARow | Item],
+                       *, k: float = DEFAULT_K, batch_size: int = 16, max_length: int = 256) -> float:
+    """MUSE's PrivLeak AUC of Min-K% scores, forget vs holdout (rows, pairs or raw texts) -> scalar."""
+    items = _pairs(forget) + _pairs(holdout)
+    ts = token_scores(model, tokenizer, items, batch_size=batch_size, max_length=max_length, moments=False)
+    return _min_k_auc(ts, len(forget), k)
+
+
+def evaluate_memorization(model: Any, tokenizer: Any, forget_rows: Sequence[QARow | Item],
+                          holdout_rows: Sequence[QARow | Item], *, retain_model: Any = None,
+                          auc_retrain: float | None = None, k: float = DEFAULT_K, batch_size: int = 16,
+                          max_length: int = 256) -> dict[str, Any]:
+    """Forget-set ES and EM and PrivLeak (Min-K% forget vs holdout; retain model's AUC or a given one, else 0.5)."""
+    if retain_model is not None and auc_retrain is not None:
+        raise ValueError("give either retain_model or auc_retrain, not both")
+    forget, holdout = _pairs(forget_rows), _pairs(holdout_rows)
+    ts = token_scores(model, tokenizer, forget + holdout, batch_size=batch_size, max_length=max_length,
+                      moments=False)
+    n = len(forget)
+    auc = _min_k_auc(ts, n, k)
+    if retain_model is not None:
+        auc_retrain = min_k_privleak_auc(retain_model, tokenizer, forget, holdout, k=k, batch_size=batch_size,
+                                         max_length=max_length)
+    value, note = privleak(auc, auc_retrain)
+    notes = [note] if note else []
+    return {
+        "forget_extraction_strength": float(np.mean([extraction_strength_from_correct(c) for c in ts.correct[:n]])),
+        "forget_exact_memorization": float(np.mean([exact_memorization_from_correct(c) for c in ts.correct[:n]])),
+        "privleak": value,
+        "privleak_abs": abs(value),
+        "privleak_auc": auc,
+        "privleak_auc_retrain": auc_retrain,
+        "privleak_k": k,
+        "n_forget": n,
+        "n_holdout": len(holdout),
+        "notes": notes,
+    }
