@@ -24,6 +24,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
         sp.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. train.lr=1e-5")
         sp.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+        if name == "eval":
+            sp.add_argument("--benchmark", choices=("tofu", "muse", "mcq", "rwku"), help="what to evaluate on")
+            sp.add_argument("--model", help="model directory or hub id (= model.path)")
+            sp.add_argument("--data", help="data directory / file / hub id of the benchmark")
+            sp.add_argument("--split", help="TOFU: forget split, e.g. forget01 (its _perturbed file and holdout01 "
+                                            "are used); MCQ: hub config, e.g. wmdp-bio")
+            sp.add_argument("--out", help="output directory (= output_dir)")
     sub.add_parser("ls", help="list forget objectives, retain terms and presets")
     return p
 
@@ -34,6 +41,33 @@ def _config_class(command: str) -> type:
 
     return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig,
             "calibrate": CalibrateConfig}[command]
+
+
+def _eval_shortcuts(args: argparse.Namespace) -> list[str]:
+    """`obliviate eval --benchmark tofu --data D --split forget01 --model M --out O` as key=value overrides."""
+    import re
+    from pathlib import Path
+
+    out, bench = [], args.benchmark or "tofu"
+    if args.benchmark:
+        out.append(f"benchmark={bench}")
+    if args.model:
+        out.append(f"model.path={args.model}")
+    if args.out:
+        out.append(f"output_dir={args.out}")
+    if args.data:
+        out.append(f"{'eval' if bench == 'tofu' else bench}.source={args.data}")
+    if args.split and bench == "tofu":
+        split = args.split.removesuffix("_perturbed")
+        out.append(f"eval.forget_split={split}_perturbed")
+        m = re.fullmatch(r"forget(\d+)", split)
+        if m and (not args.data or not Path(args.data).is_dir() or any(Path(args.data).glob(f"holdout{m[1]}.json*"))):
+            out.append(f"eval.holdout_split=holdout{m[1]}")
+    elif args.split and bench == "mcq":
+        out.append(f"mcq.config={args.split}")
+    elif args.split:
+        raise ObliviateError(f"--split applies to tofu and mcq, not {bench}; use {bench}.* keys instead")
+    return out
 
 
 def _quiet_libraries() -> None:
@@ -54,7 +88,8 @@ def _run(args: argparse.Namespace) -> int:
 
         print(list_components())
         return 0
-    cfg = load_config(_config_class(args.command), args.config, args.overrides)
+    overrides = (_eval_shortcuts(args) if args.command == "eval" else []) + list(args.overrides)
+    cfg = load_config(_config_class(args.command), args.config, overrides)
     if args.show_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0

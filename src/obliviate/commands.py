@@ -11,7 +11,7 @@ from obliviate.data.rows import QARow, check_disjoint, load_split
 from obliviate.errors import ConfigError
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
 from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, load_tokenizer, save_model, write_json
-from obliviate.report.markdown import console_table, write_report
+from obliviate.report.markdown import console_table, metrics_markdown, write_report
 
 
 def _need(value: str, key: str, example: str) -> str:
@@ -37,16 +37,20 @@ def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None
 
 
 def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int) -> dict[str, Any]:
-    """Evaluate on the configured splits; forget_quality uses eval.retain_model when given."""
+    """TOFU evaluation on the configured splits; eval.retain_model gives forget quality, PrivLeak's
+    retrained reference and the MIA reference model."""
     splits = load_eval_splits(source, cfg)
-    retain_tr = None
+    retain_tr = retain_model = None
     if cfg.retain_model:
         if "forget" not in splits:
             raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a forget split")
-        rmodel, rtok = load_pretrained(cfg.retain_model)
-        retain_tr = forget_truth_ratios(rmodel, rtok, splits["forget"], cfg, max_length)
-        del rmodel
-    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length)
+        retain_model, rtok = load_pretrained(cfg.retain_model)
+        retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
+        if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
+            retain_model = None
+    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model)
+    if cfg.retain_model and retain_model is None:
+        metrics["notes"].append("retain model has another tokenizer: not used as PrivLeak / MIA reference")
     fr = splits.get("forget", [])
     return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
 
@@ -105,13 +109,29 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
 
 def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
-    """Evaluate a saved model on the TOFU metrics and write metrics.json + report.md."""
+    """Evaluate a saved model on one benchmark and write metrics.json + report.md."""
+    from obliviate.eval.runner import evaluate_mcq_run, evaluate_muse_run, evaluate_rwku_run
+
     check_output_dir(_need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite)
-    source = _need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
+    if cfg.benchmark == "tofu":
+        source = _need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
     model, tok = _load(cfg.model)
-    metrics = _evaluate(model, tok, source, cfg.eval, cfg.max_length)
+    label = Path(cfg.model.path).name or cfg.model.path
+    if cfg.benchmark == "tofu":
+        metrics = _evaluate(model, tok, source, cfg.eval, cfg.max_length)
+    else:
+        run = {"muse": evaluate_muse_run, "mcq": evaluate_mcq_run, "rwku": evaluate_rwku_run}[cfg.benchmark]
+        metrics = {"eval": run(model, tok, getattr(cfg, cfg.benchmark))}
+    metrics["benchmark"] = cfg.benchmark
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        _write_run(out, cfg, metrics, Path(cfg.model.path).name or cfg.model.path)
+        if cfg.benchmark == "tofu":
+            _write_run(out, cfg, metrics, label)
+        else:
+            (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+            write_json(out / "metrics.json", metrics)
+            text = metrics_markdown(metrics["eval"], title=f"{cfg.benchmark}: {label}")
+            (out / "report.md").write_text(text + "\n", encoding="utf-8")
+            print(text)
     return metrics
 
 

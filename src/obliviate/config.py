@@ -122,6 +122,13 @@ class EvalConfig:
     max_new_tokens: int = _f(200, "greedy generation length (TOFU: 200)")
     batch_size: int = _f(16, "evaluation batch size")
     max_examples: int | None = _f(None, "evaluate only the first N rows of each split (quick looks)")
+    memorization: bool = _f(True, "forget extraction strength and exact memorisation (one forward, no generation)")
+    holdout_split: str | None = _f(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")
+    closer_look: bool = _f(False, "FE/MU of the closer-look protocol (needs the embedding and NLI models)")
+    embedding_model: str | None = _f("sentence-transformers/paraphrase-MiniLM-L6-v2",
+                                     "sentence-embedding model (hub id or local path) for Cosine Similarity")
+    nli_model: str | None = _f("sileod/deberta-v3-base-tasksource-nli", "NLI model (hub id or local path) for "
+                                                                        "the Entailment Score")
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
@@ -173,12 +180,60 @@ class FinetuneConfig:
 
 
 @dataclass(frozen=True)
+class MuseEvalConfig:
+    source: str = _f("", "MUSE directory (hub layout: verbmem/, knowmem/, privleak/) or hub id, e.g. muse-bench/MUSE-News")
+    retrain_model: str | None = _f(None, "model trained without the forget corpus: its Min-K% AUC is PrivLeak's reference")
+    verbmem_max_new_tokens: int = _f(128, "VerbMem continuation length (MUSE: 128)")
+    knowmem_max_new_tokens: int = _f(32, "KnowMem answer length (MUSE: 32)")
+    batch_size: int = _f(8, "evaluation batch size")
+    max_examples: int | None = _f(None, "first N items of each part")
+
+
+@dataclass(frozen=True)
+class McqEvalConfig:
+    source: str = _f("", "JSONL/JSON file (question, choices, answer) or hub id, e.g. cais/wmdp")
+    config: str | None = _f(None, "hub config, e.g. wmdp-bio, wmdp-cyber, all (MMLU)")
+    split: str = _f("test", "hub split")
+    name: str | None = _f(None, "dataset name for the metric key (default: config or file name)")
+    target: str = _f("letter", "score ' A'..' D' after the lettered prompt (letter) or each choice's text (text)")
+    batch_size: int = _f(16, "evaluation batch size")
+    max_length: int = _f(1024, "max tokens per prompt + option (prompts are cut from the left)")
+    max_examples: int | None = _f(None, "first N questions")
+    lm_eval_tasks: list = _f([], "lm-evaluation-harness tasks to run as well, e.g. [wmdp_bio, mmlu] (extra: lm-eval)")
+    lm_eval_limit: int | None = _f(None, "lm-eval's limit per task")
+
+    def __post_init__(self) -> None:
+        _require(self.target in ("letter", "text"), "mcq.target", self.target, "letter or text")
+
+
+@dataclass(frozen=True)
+class RwkuEvalConfig:
+    source: str = _f("jinzhuoran/RWKU", "RWKU directory of <level>.json files, a file, or the hub id")
+    levels: list = _f(["forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2"],
+                      "probe levels to evaluate")
+    subject: str | None = _f(None, "the unlearning target (RWKU evaluates one subject at a time)")
+    max_new_tokens: int = _f(30, "answer length")
+    batch_size: int = _f(16, "evaluation batch size")
+    max_examples: int | None = _f(None, "first N probes per level")
+
+
+BENCHMARKS = ("tofu", "muse", "mcq", "rwku")
+
+
+@dataclass(frozen=True)
 class EvalRunConfig:
+    benchmark: str = _f("tofu", "tofu | muse | mcq | rwku")
     model: ModelConfig = section(ModelConfig(), "model to evaluate")
-    eval: EvalConfig = section(EvalConfig(), "splits (eval.source is required) and settings")
+    eval: EvalConfig = section(EvalConfig(), "TOFU: splits (eval.source is required) and settings")
+    muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE settings")
+    mcq: McqEvalConfig = section(McqEvalConfig(), "multiple choice (WMDP / MMLU) settings")
+    rwku: RwkuEvalConfig = section(RwkuEvalConfig(), "RWKU settings")
     max_length: int = _f(256, "max tokens per example for likelihoods")
     output_dir: str = _f("", "where metrics.json and report.md are written")
     overwrite: bool = _f(False, "replace an existing output_dir")
+
+    def __post_init__(self) -> None:
+        _require(self.benchmark in BENCHMARKS, "benchmark", self.benchmark, f"one of {', '.join(BENCHMARKS)}")
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,10 @@ class DemoConfig:
         return {str(name): build(MethodConfig, raw, f"methods.{name}.") for name, raw in self.methods.items()}
 
 
-def _splits_for(world_dir: Path, cfg: DemoConfig) -> dict:
+def _eval_config(cfg: DemoConfig) -> EvalConfig:
+    """The demo's evaluation: the world's forget{p}_perturbed and holdout{p} splits."""
     p = cfg.world.forget_percent
-    ev = EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed"})
-    return load_eval_splits(str(world_dir), ev)
+    return EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed", "holdout_split": f"holdout{p:02d}"})
 
 
 def _phases(log: Any) -> Any:
@@ -105,10 +105,12 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
         finetune(model, tok, world.splits["full"] + general, cfg.target_train, max_length=ml, desc="target model")
         target = model
         phase("trained retain and target models")
-        splits = _splits_for(world_dir, cfg)
-        retain_tr = forget_truth_ratios(retain_model, tok, splits["forget"], cfg.eval, ml)
+        ev = _eval_config(cfg)
+        splits = load_eval_splits(str(world_dir), ev)
+        retain_tr = forget_truth_ratios(retain_model, tok, splits["forget"], ev, ml)
+        kw = {"source": str(world_dir), "retain_model": retain_model}
         for name, m in (("retain", retain_model), ("target", target)):
-            runs[name] = {"metrics": evaluate_model(m, tok, splits, cfg.eval, retain_tr, ml)}
+            runs[name] = {"metrics": evaluate_model(m, tok, splits, ev, retain_tr, ml, **kw)}
         phase("evaluated retain and target models")
         forget_rows, retain_rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
         for name, method in cfg.method_configs().items():
@@ -116,7 +118,7 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
             for prm in student.parameters():
                 prm.requires_grad_(True)
             res = unlearn(student, tok, forget_rows, retain_rows, method, cfg.unlearn, max_length=ml)
-            runs[name] = {"metrics": evaluate_model(student, tok, splits, cfg.eval, retain_tr, ml),
+            runs[name] = {"metrics": evaluate_model(student, tok, splits, ev, retain_tr, ml, **kw),
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
             save_model(out / "models" / name.lower(), student, tok)
             phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")

@@ -138,3 +138,54 @@ def test_every_preset_runs_a_step(name, world_dir, target_dir, tmp_path):
     assert rc == 0
     history = json.loads((out / "metrics.json").read_text())["history"]
     assert len(history) == 1 and all(v == v for v in history[0].values())  # no NaN
+
+
+def test_eval_tofu_shortcut_writes_every_tofu_metric(tofu_dir, target_dir, tmp_path, capsys):
+    out = tmp_path / "ev"
+    rc = main(["eval", "--benchmark", "tofu", "--data", str(tofu_dir), "--split", "forget01", "--model", str(target_dir),
+               "--out", str(out), "eval.max_examples=3", "eval.max_new_tokens=8", "eval.closer_look=true",
+               "eval.embedding_model=/no/such/embedder", "eval.nli_model=/no/such/nli"])
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())["eval"]
+    for key in ("forget_quality", "model_utility", "forget_truth_ratio", "retain_prob", "world_facts_rougeL_recall",
+                "forget_extraction_strength", "forget_exact_memorization", "privleak", "mia_min_k_auc",
+                "mia_loss_auc", "mia_zlib_auc", "mia_min_k_plus_plus_auc", "fe", "mu", "forget_token_entropy"):
+        assert key in m, key
+    assert m["forget_quality"] is None and m["fe_complete"] is False  # no retain model; no NLI/embedder offline
+    assert any("Cosine Similarity omitted" in n for n in m["notes"])
+    report = (out / "report.md").read_text()
+    assert "MU (over 12 of 18 numbers)" in report and "privleak" in report
+
+
+def test_eval_mcq_and_muse_and_rwku_on_local_files(target_dir, tmp_path, capsys):
+    mcq = tmp_path / "wmdp.jsonl"
+    mcq.write_text("\n".join(json.dumps({"question": f"Q{i}?", "choices": ["a", "b", "c", "d"], "answer": i % 4})
+                             for i in range(6)) + "\n")
+    out = tmp_path / "mcq"
+    assert main(["eval", "--benchmark", "mcq", "--data", str(mcq), "--model", str(target_dir), "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())["eval"]
+    assert 0 <= m["wmdp_accuracy"] <= 1 and m["mcq_n"] == 6
+    muse = tmp_path / "muse"
+    for part, rows in {"verbmem/forget": [{"prompt": "The harbour was", "gt": "quiet at dawn."}],
+                       "knowmem/forget_qa": [{"question": "Where?", "answer": "Orla"}],
+                       "knowmem/forget_qa_icl": [{"question": "Who?", "answer": "Ann"}],
+                       "privleak/forget": [{"text": "The harbour was quiet."}],
+                       "privleak/holdout": [{"text": "A field of wheat."}]}.items():
+        (muse / part).parent.mkdir(parents=True, exist_ok=True)
+        (muse / f"{part}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "muse_out"
+    assert main(["eval", "--benchmark", "muse", "--data", str(muse), "--model", str(target_dir), "--out", str(out),
+                 "muse.verbmem_max_new_tokens=8", "muse.knowmem_max_new_tokens=4"]) == 0
+    m = json.loads((out / "metrics.json").read_text())["eval"]
+    assert {"verbmem_forget", "knowmem_forget", "privleak"} <= set(m)
+    rwku = tmp_path / "rwku"
+    rwku.mkdir()
+    (rwku / "forget_level1.json").write_text(json.dumps([{"query": "Ann was born in ___.", "answer": "Orla",
+                                                          "subject": "Ann", "level": "1", "type": "FB"}]))
+    out = tmp_path / "rwku_out"
+    assert main(["eval", "--benchmark", "rwku", "--data", str(rwku), "--model", str(target_dir), "--out", str(out),
+                 "rwku.levels=[forget_level1]", "rwku.max_new_tokens=6"]) == 0
+    m = json.loads((out / "metrics.json").read_text())["eval"]
+    assert 0 <= m["rwku_forget_level1_rougeL_recall"] <= 1
+    _fails(["eval", "--benchmark", "muse", "--split", "x", "--model", str(target_dir), "--out", str(tmp_path / "z")],
+           capsys, "--split applies to tofu and mcq")

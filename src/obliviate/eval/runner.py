@@ -1,15 +1,16 @@
 """Evaluation as a run step: load the configured splits, get the retain model's forget truth
-ratios (for forget quality), and evaluate a model on all of them."""
+ratios (for forget quality), and evaluate a model on all of them; plus the other benchmarks."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
-from obliviate.config import EvalConfig
+from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig
 from obliviate.data.rows import QARow, load_split
-from obliviate.eval.tofu import _correct_answers, _perturbed_count, _split_losses, evaluate_tofu, truth_ratio
 from obliviate.errors import DataError
+from obliviate.eval.tofu import SplitResult, _correct_answers, _perturbed_count, _split_losses, evaluate_tofu, truth_ratio
 
 SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}
@@ -39,7 +40,103 @@ def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: Eval
 
 
 def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], cfg: EvalConfig,
-                   retain_tr: np.ndarray | None = None, max_length: int = 256) -> dict[str, Any]:
-    """Every TOFU metric of `model` on `splits` (forget_quality only when `retain_tr` is given)."""
-    return evaluate_tofu(model, tokenizer, splits, retain_model_forget_tr=retain_tr,
-                         max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_length=max_length)
+                   retain_tr: np.ndarray | None = None, max_length: int = 256, *, source: str | None = None,
+                   retain_model: Any = None) -> dict[str, Any]:
+    """Every TOFU metric of `model` on `splits`; with `source`, also the extras `cfg` asks for:
+    extraction strength / exact memorisation, PrivLeak + MIA AUCs against `cfg.holdout_split`
+    (the retain model, when given, is PrivLeak's retrained reference and the MIA reference model),
+    and closer-look FE/MU. forget_quality only when `retain_tr` is given."""
+    results: dict[str, SplitResult] = {}
+    out = evaluate_tofu(model, tokenizer, splits, retain_model_forget_tr=retain_tr, max_new_tokens=cfg.max_new_tokens,
+                        batch_size=cfg.batch_size, max_length=max_length, results_out=results)
+    forget = splits.get("forget")
+    if forget and cfg.memorization:
+        out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"]))
+    if cfg.closer_look:
+        out.update(_closer_look(model, tokenizer, splits, results, cfg, max_length, out["notes"]))
+    return out
+
+
+def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str | None, cfg: EvalConfig,
+                  retain_model: Any, max_length: int, notes: list[str]) -> dict[str, Any]:
+    from obliviate.eval.memorization import evaluate_memorization, exact_memorization, extraction_strength
+    from obliviate.eval.mia import evaluate_mia
+
+    kw = {"batch_size": cfg.batch_size, "max_length": max_length}
+    if not (cfg.holdout_split and source):
+        notes.append("privleak and MIA AUCs not computed: no eval.holdout_split")
+        return {"forget_extraction_strength": float(np.mean(extraction_strength(model, tokenizer, forget, **kw))),
+                "forget_exact_memorization": float(np.mean(exact_memorization(model, tokenizer, forget, **kw)))}
+    holdout = load_split(cfg.source or source, cfg.holdout_split)
+    holdout = holdout[: cfg.max_examples] if cfg.max_examples else holdout
+    mem = evaluate_memorization(model, tokenizer, forget, holdout, retain_model=retain_model, **kw)
+    mia = evaluate_mia(model, tokenizer, forget, holdout, reference_model=retain_model, **kw)
+    notes.extend(mem.pop("notes", []) + mia.pop("notes", []))
+    return {**mem, **mia}
+
+
+def _closer_look(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], results: dict[str, SplitResult],
+                 cfg: EvalConfig, max_length: int, notes: list[str]) -> dict[str, Any]:
+    from obliviate.eval.closer_look import evaluate_closer_look, load_closer_look_models
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    models = load_closer_look_models(cfg.embedding_model, cfg.nli_model, local_files_only=offline)
+    cl = evaluate_closer_look(model, tokenizer, splits, models=models, tofu_results=results,
+                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_length=max_length)
+    notes.extend(cl.pop("notes", []))
+    return {k: v for k, v in cl.items() if k not in ("forget_prob", "forget_rougeL_recall")}
+
+
+def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[str, Any]:
+    """MUSE VerbMem / KnowMem / PrivLeak; PrivLeak's reference AUC from cfg.retrain_model when given."""
+    from obliviate.eval.memorization import min_k_privleak_auc
+    from obliviate.eval.muse import evaluate_muse, load_muse
+    from obliviate.modeling.load import load_pretrained
+
+    if not cfg.source:
+        raise DataError("muse.source is not set; give a MUSE directory or hub id (muse.source=muse-bench/MUSE-News)")
+    data = load_muse(cfg.source)
+    data = data.head(cfg.max_examples) if cfg.max_examples else data
+    retrain_auc = None
+    if cfg.retrain_model:
+        rmodel, rtok = load_pretrained(cfg.retrain_model)
+        retrain_auc = min_k_privleak_auc(rmodel, rtok, list(data.privleak_forget), list(data.privleak_holdout))
+    res = evaluate_muse(model, tokenizer, data, mia_auc_fn=min_k_privleak_auc, retrain_auc=retrain_auc,
+                        verbmem_max_new_tokens=cfg.verbmem_max_new_tokens,
+                        knowmem_max_new_tokens=cfg.knowmem_max_new_tokens, batch_size=cfg.batch_size)
+    res.pop("per_example", None)
+    return res
+
+
+def evaluate_mcq_run(model: Any, tokenizer: Any, cfg: McqEvalConfig) -> dict[str, Any]:
+    """Native 4-way accuracy on the configured data, plus lm-eval tasks when asked for."""
+    from pathlib import Path
+
+    from obliviate.eval.mcq import load_mcq, mcq_accuracy, metric_name, run_lm_eval
+
+    out: dict[str, Any] = {"notes": []}
+    if cfg.source:
+        items = load_mcq(cfg.source, cfg.config, cfg.split)
+        items = items[: cfg.max_examples] if cfg.max_examples else items
+        res = mcq_accuracy(model, tokenizer, items, target=cfg.target, batch_size=cfg.batch_size, max_length=cfg.max_length)
+        name = cfg.name or cfg.config or Path(cfg.source).stem
+        out.update({metric_name(name): res["accuracy"], "mcq_n": res["n"], "mcq_chance": res["chance"],
+                    "mcq_truncated": res["n_truncated"]})
+    for task, acc in (run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), limit=cfg.lm_eval_limit).items()
+                      if cfg.lm_eval_tasks else ()):
+        out[f"lm_eval_{task}_accuracy"] = acc
+    if len(out) == 1:
+        raise DataError("nothing to evaluate: set mcq.source (a file or hub id) or mcq.lm_eval_tasks")
+    return out
+
+
+def evaluate_rwku_run(model: Any, tokenizer: Any, cfg: RwkuEvalConfig) -> dict[str, Any]:
+    """RWKU forget / neighbour probes scored by ROUGE-L recall."""
+    from obliviate.eval.rwku import evaluate_rwku, load_rwku
+
+    probes = load_rwku(cfg.source, list(cfg.levels), subject=cfg.subject)
+    if cfg.max_examples:
+        probes = {k: v[: cfg.max_examples] for k, v in probes.items()}
+    res = evaluate_rwku(model, tokenizer, probes, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+    res.pop("rougeL_recall_per_example", None)
+    return res

@@ -255,8 +255,12 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
 
 def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARow]], *,
                   retain_model_forget_tr: np.ndarray | None = None, max_new_tokens: int = 200,
-                  batch_size: int = 16, max_length: int = 256) -> dict[str, Any]:
-    """All TOFU metrics of METRICS (None where undefined, with a note), per-example forget TRs and generations."""
+                  batch_size: int = 16, max_length: int = 256,
+                  results_out: dict[str, SplitResult] | None = None) -> dict[str, Any]:
+    """All TOFU metrics of METRICS (None where undefined, with a note), per-example forget TRs and generations.
+
+    `results_out`, when given, receives each split's SplitResult (so FE/MU can reuse the generations).
+    """
     unknown = sorted(set(splits) - set(KINDS))
     if unknown or not splits:
         raise ValueError(f"splits must be a non-empty dict keyed by {', '.join(KINDS)}; unknown: {unknown or 'none'}")
@@ -267,6 +271,8 @@ def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARo
         res = evaluate_split(model, tokenizer, splits[kind], kind=kind,  # type: ignore[arg-type]
                              max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length)
         results[kind] = res
+        if results_out is not None:
+            results_out[kind] = res
         out.update({f"{kind}_{p}": res.summary[p] for p in ("prob", "rougeL_recall", "truth_ratio", "fact_recall")})
         notes += [f"{kind}: {n}" for n in res.summary["notes"]]
     out.update(_forget_extras(results.get("forget"), retain_model_forget_tr, tokenizer, notes))

@@ -105,6 +105,7 @@ def write_report(path: Path, results: Mapping[str, Any]) -> None:
         parts += ["## Gradient geometry (mean over optimizer steps)", "",
                   "| run | cos(g_f, g_r) | cos(g, g_f) | cos(g, g_r) | conflicting coordinates |", "|---|---|---|---|---|"]
         parts += [f"| {n} | " + " | ".join(fmt(g[k]) for k in GEOMETRY) + " |" for n, g in geo] + [""]
+    parts += all_metrics_table(results)
     notes = {f"{name}: {n}" for name, run in results["runs"].items() for n in run["metrics"].get("notes", [])}
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in sorted(notes)]
@@ -130,3 +131,63 @@ def calibration_table(res: Mapping[str, Any]) -> str:
     else:
         lines.append(f"No recommendation: {res['note']}")
     return "\n".join(lines)
+
+
+def metric_infos() -> dict[str, Any]:
+    """Every metric's MetricInfo (direction, version, description) across the evaluation modules."""
+    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
+    from obliviate.eval.mcq import MCQ_METRICS
+    from obliviate.eval.memorization import MEMORIZATION_METRICS
+    from obliviate.eval.mia import MIA_METRICS
+    from obliviate.eval.muse import MUSE_METRICS
+    from obliviate.eval.rwku import RWKU_METRICS
+    from obliviate.eval.tofu import METRICS
+
+    return {**METRICS, **MEMORIZATION_METRICS, **MIA_METRICS, **CLOSER_LOOK_METRICS, **MUSE_METRICS,
+            **MCQ_METRICS, **RWKU_METRICS}
+
+
+def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:
+    """Scalar metrics as a Markdown table with direction and version, then the notes."""
+    infos = metric_infos()
+    lines = [f"# {title}", "", "| metric | value | better | version | meaning |", "|---|---|---|---|---|"]
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)) or value is None:
+            info = infos.get(name)
+            better = "" if info is None else ("↑" if info.higher_is_better else "↓")
+            if name == "privleak":
+                better = "→ 0"
+            lines.append(f"| {name} | {fmt(value)} | {better} | {info.version if info else ''} | "
+                         f"{info.description if info else ''} |")
+    notes = metrics.get("notes") or []
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def _label(name: str, metrics: Mapping[str, Any]) -> str:
+    """Metric name, labelled when an aggregate was computed from fewer components than defined."""
+    comps = metrics.get(f"{name}_components")
+    if name in ("mu", "fe") and metrics.get(f"{name}_complete") is False and comps is not None:
+        return f"{name.upper()} (over {len(comps)} of {18 if name == 'mu' else 5} numbers)"
+    return name
+
+
+def all_metrics_table(results: Mapping[str, Any]) -> list[str]:
+    """Every scalar metric of every run, one row each, with its direction (for the Markdown report)."""
+    runs = results["runs"]
+    names: list[str] = []
+    for run in runs.values():
+        names += [k for k, v in run["metrics"].items() if (isinstance(v, (int, float)) and not isinstance(v, bool))
+                  and k not in names]
+    if not names:
+        return []
+    infos = metric_infos()
+    head = "| metric | better | " + " | ".join(runs) + " |"
+    lines = ["## All metrics", "", head, "|---" * (len(runs) + 2) + "|"]
+    for n in names:
+        info = infos.get(n)
+        better = "→ 0" if n == "privleak" else ("" if info is None else ("↑" if info.higher_is_better else "↓"))
+        label = _label(n, next(iter(runs.values()))["metrics"])
+        lines.append(f"| {label} | {better} | " + " | ".join(fmt(r["metrics"].get(n)) for r in runs.values()) + " |")
+    return lines + [""]
