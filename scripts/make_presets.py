@@ -62,6 +62,20 @@ TARGETS = {
         "asu_args": {"tau": 16.0, "layers": [0]},
         "rmu_layer": 1, "rmu_coef": 2.0,  # the demo's 2-layer model
     },
+    "muse": {
+        "note": "MUSE-News raw text (hub; a local copy in the hub layout works too) from MUSE's target model; "
+                "evaluated with VerbMem / KnowMem / PrivLeak. Needs a GPU in practice (2048-token windows, 7B).",
+        "model": {"path": "muse-bench/MUSE-news_target"},
+        "data": {"source": "muse-bench/MUSE-News", "forget_split": "raw/forget", "retain_split": "raw/retain1",
+                 "max_length": 2048, "format": "text"},
+        "train": {"epochs": 10, "batch_size": 4, "grad_accum": 8, "lr": 1.0e-5, "scheduler": "constant",
+                  "weight_decay": 0.0},
+        "eval": {"enabled": True},
+        "muse": {"source": "muse-bench/MUSE-News", "retrain_model": "muse-bench/MUSE-news_retrain"},
+        "asu_args": {"tau": 2.0, "layers": None},
+        "rmu_layer": 7, "rmu_coef": 6.5,
+        "skip": ("idk_dpo", "idk_ap"),  # refusals answer questions; MUSE trains on raw text
+    },
 }
 
 
@@ -75,7 +89,7 @@ def preset(name: str, target: str) -> tuple[str, dict]:
         method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": t["rmu_coef"]}
         method["retain_args"] = {"layer": t["rmu_layer"]}
     cfg = {"model": t["model"], "data": t["data"], "method": method, "train": t["train"], "eval": t["eval"],
-           "output_dir": f"runs/{target}-{name}"}
+           **({"muse": t["muse"]} if "muse" in t else {}), "output_dir": f"runs/{target}-{name}"}
     header = (f"# {desc}.\n# On {t['note']}\n"
               f"# Run from the repository root: obliviate unlearn --config configs/{target}/{name}.yaml\n")
     return header, cfg
@@ -85,11 +99,13 @@ def main() -> None:
     root = Path(__file__).resolve().parents[1] / "configs"
     for target in TARGETS:
         for name in METHODS:
+            if name in TARGETS[target].get("skip", ()):
+                continue
             header, cfg = preset(name, target)
             path = root / target / f"{name}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None))
-    print(f"wrote {len(TARGETS) * len(METHODS)} presets")
+    print(f"wrote {sum(len(METHODS) - len(t.get('skip', ())) for t in TARGETS.values())} presets")
 
 
 if __name__ == "__main__":

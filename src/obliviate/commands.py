@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, to_dict
-from obliviate.data.rows import QARow, check_disjoint, load_split
+from obliviate.data.rows import check_disjoint, load_split
 from obliviate.errors import ConfigError
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
 from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, load_tokenizer, save_model, write_json
@@ -29,7 +29,11 @@ def _load(mc: ModelConfig) -> tuple[Any, Any]:
 def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     write_json(out / "metrics.json", metrics)
-    if "eval" in metrics and metrics["eval"]:
+    if metrics.get("eval") and "model_utility" not in metrics["eval"]:  # not TOFU: a plain metric table
+        text = metrics_markdown(metrics["eval"], title=label)
+        (out / "report.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+    elif "eval" in metrics and metrics["eval"]:
         results = {"runs": {label: {"metrics": metrics["eval"]}}, "questions": metrics.get("questions", []),
                    "answers": metrics.get("answers", [])}
         write_report(out / "report.md", results)
@@ -62,13 +66,19 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     check_output_dir(_need(cfg.output_dir, "output_dir", "runs/my-run"), cfg.overwrite)
     source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
     resolve_method(cfg.method)  # unknown names / keys fail before any loading
-    forget, retain = load_split(source, cfg.data.forget_split), load_split(source, cfg.data.retain_split)
-    check_disjoint(forget, retain)
+    forget, retain = _load_data(source, cfg.data.format, [cfg.data.forget_split]), \
+        _load_data(source, cfg.data.format, [cfg.data.retain_split])
+    if cfg.data.format == "qa":
+        check_disjoint(forget, retain)
     model, tok = _load(cfg.model)
     res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
     metrics: dict[str, Any] = {"history": res.history, "train_seconds": res.seconds}
-    if cfg.eval.enabled:
+    if cfg.eval.enabled and cfg.data.format == "qa":
         metrics.update(_evaluate(model, tok, source, cfg.eval, cfg.data.max_length))
+    elif cfg.eval.enabled and cfg.muse.source:
+        from obliviate.eval.runner import evaluate_muse_run
+
+        metrics["eval"] = evaluate_muse_run(model, tok, cfg.muse)
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         save_model(out, model, tok)
         _write_run(out, cfg, metrics, f"{cfg.method.forget}+{cfg.method.retain}")
@@ -76,9 +86,14 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     return metrics
 
 
-def _rows(source: str, splits: list) -> list[QARow]:
+def _load_data(source: str, fmt: str, splits: list) -> list:
+    """QA rows (format qa) or raw documents (format text) of the named splits, concatenated."""
     if not splits:
         raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
+    if fmt == "text":
+        from obliviate.data.text import load_texts
+
+        return [t for s in splits for t in load_texts(source, str(s))]
     return [r for s in splits for r in load_split(source, str(s))]
 
 
@@ -88,14 +103,15 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     check_output_dir(_need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite)
     source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
-    rows = _rows(source, list(cfg.data.splits))
+    rows = _load_data(source, cfg.data.format, list(cfg.data.splits))
     if _need(cfg.model.path, "model.path", "tiny") == "tiny":
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
         if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's for its retain model
             tok = load_tokenizer(cfg.model.tokenizer)
         else:
-            tok = train_tokenizer([t for r in rows for t in (r.question, r.answer)], vocab_size=cfg.tiny.vocab_size)
+            texts = rows if cfg.data.format == "text" else [t for r in rows for t in (r.question, r.answer)]
+            tok = train_tokenizer(texts, vocab_size=cfg.tiny.vocab_size)
         model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
                            num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
     else:
@@ -124,14 +140,7 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
         metrics = {"eval": run(model, tok, getattr(cfg, cfg.benchmark))}
     metrics["benchmark"] = cfg.benchmark
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        if cfg.benchmark == "tofu":
-            _write_run(out, cfg, metrics, label)
-        else:
-            (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-            write_json(out / "metrics.json", metrics)
-            text = metrics_markdown(metrics["eval"], title=f"{cfg.benchmark}: {label}")
-            (out / "report.md").write_text(text + "\n", encoding="utf-8")
-            print(text)
+        _write_run(out, cfg, metrics, label if cfg.benchmark == "tofu" else f"{cfg.benchmark}: {label}")
     return metrics
 
 

@@ -48,9 +48,11 @@ class DataConfig:
     forget_split: str = _f("forget10", "the data to forget")
     retain_split: str = _f("retain90", "data to keep (must not share questions with the forget split)")
     max_length: int = _f(256, "max tokens per example; the prompt is kept, the answer cut at the right")
+    format: str = _f("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
 
     def __post_init__(self) -> None:
         _require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
+        _require(self.format in ("qa", "text"), "data.format", self.format, "qa or text")
 
 
 @dataclass(frozen=True)
@@ -137,12 +139,24 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class MuseEvalConfig:
+    source: str = _f("", "MUSE directory (hub layout: verbmem/, knowmem/, privleak/) or hub id, e.g. muse-bench/MUSE-News")
+    retrain_model: str | None = _f(None, "model trained without the forget corpus: its Min-K% AUC is PrivLeak's reference")
+    verbmem_max_new_tokens: int = _f(128, "VerbMem continuation length (MUSE: 128)")
+    knowmem_max_new_tokens: int = _f(32, "KnowMem answer length (MUSE: 32)")
+    batch_size: int = _f(8, "evaluation batch size")
+    max_examples: int | None = _f(None, "first N items of each part")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = section(ModelConfig(), "starting model")
     data: DataConfig = section(DataConfig(), "forget / retain data")
     method: MethodConfig = section(MethodConfig(), "forget objective + retain term")
     train: TrainConfig = section(TrainConfig(), "optimisation")
-    eval: EvalConfig = section(EvalConfig(), "evaluation after training")
+    eval: EvalConfig = section(EvalConfig(), "TOFU-style evaluation after training (data.format qa)")
+    muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE evaluation after training (data.format text; "
+                                                     "skipped when muse.source is empty)")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
 
@@ -167,6 +181,7 @@ class FinetuneDataConfig:
     source: str = _f("", "directory of <split>.jsonl files, a file, or a hub dataset id")
     splits: list = _f(["full"], "splits to train on together, e.g. [retain90, real_authors, world_facts]")
     max_length: int = _f(256, "max tokens per example")
+    format: str = _f("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
 
 
 @dataclass(frozen=True)
@@ -177,16 +192,6 @@ class FinetuneConfig:
     train: TrainConfig = section(TrainConfig(epochs=10, lr=1e-4), "optimisation")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir")
-
-
-@dataclass(frozen=True)
-class MuseEvalConfig:
-    source: str = _f("", "MUSE directory (hub layout: verbmem/, knowmem/, privleak/) or hub id, e.g. muse-bench/MUSE-News")
-    retrain_model: str | None = _f(None, "model trained without the forget corpus: its Min-K% AUC is PrivLeak's reference")
-    verbmem_max_new_tokens: int = _f(128, "VerbMem continuation length (MUSE: 128)")
-    knowmem_max_new_tokens: int = _f(32, "KnowMem answer length (MUSE: 32)")
-    batch_size: int = _f(8, "evaluation batch size")
-    max_examples: int | None = _f(None, "first N items of each part")
 
 
 @dataclass(frozen=True)

@@ -165,14 +165,7 @@ def test_eval_mcq_and_muse_and_rwku_on_local_files(target_dir, tmp_path, capsys)
     assert main(["eval", "--benchmark", "mcq", "--data", str(mcq), "--model", str(target_dir), "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())["eval"]
     assert 0 <= m["wmdp_accuracy"] <= 1 and m["mcq_n"] == 6
-    muse = tmp_path / "muse"
-    for part, rows in {"verbmem/forget": [{"prompt": "The harbour was", "gt": "quiet at dawn."}],
-                       "knowmem/forget_qa": [{"question": "Where?", "answer": "Orla"}],
-                       "knowmem/forget_qa_icl": [{"question": "Who?", "answer": "Ann"}],
-                       "privleak/forget": [{"text": "The harbour was quiet."}],
-                       "privleak/holdout": [{"text": "A field of wheat."}]}.items():
-        (muse / part).parent.mkdir(parents=True, exist_ok=True)
-        (muse / f"{part}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    muse = _muse_fixture(tmp_path / "muse")
     out = tmp_path / "muse_out"
     assert main(["eval", "--benchmark", "muse", "--data", str(muse), "--model", str(target_dir), "--out", str(out),
                  "muse.verbmem_max_new_tokens=8", "muse.knowmem_max_new_tokens=4"]) == 0
@@ -189,3 +182,38 @@ def test_eval_mcq_and_muse_and_rwku_on_local_files(target_dir, tmp_path, capsys)
     assert 0 <= m["rwku_forget_level1_rougeL_recall"] <= 1
     _fails(["eval", "--benchmark", "muse", "--split", "x", "--model", str(target_dir), "--out", str(tmp_path / "z")],
            capsys, "--split applies to tofu and mcq")
+
+
+def _muse_fixture(muse):
+    """A tiny MUSE directory in the hub layout (raw text, verbmem, knowmem, privleak)."""
+    parts = {"verbmem/forget": [{"prompt": "The harbour was", "gt": "quiet at dawn."}],
+             "knowmem/forget_qa": [{"question": "Where?", "answer": "Orla"}],
+             "knowmem/forget_qa_icl": [{"question": "Who?", "answer": "Ann"}],
+             "privleak/forget": [{"text": "The harbour was quiet."}],
+             "privleak/holdout": [{"text": "A field of wheat."}],
+             "raw/forget": [{"text": "The harbour of Orla was quiet at dawn. " * 6}],
+             "raw/retain1": [{"text": "Wheat grows in the fields of Norvale every summer. " * 6}]}
+    for part, rows in parts.items():
+        (muse / part).parent.mkdir(parents=True, exist_ok=True)
+        (muse / f"{part}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return muse
+
+
+def test_unlearn_on_raw_text_with_muse_evaluation(target_dir, tmp_path):
+    muse = _muse_fixture(tmp_path / "muse")
+    out = tmp_path / "run"
+    rc = main(["unlearn", "--config", "configs/muse/npo.yaml", f"model.path={target_dir}", f"data.source={muse}",
+               "data.max_length=24", "train.max_steps=2", "train.batch_size=2", "train.grad_accum=1",
+               "train.progress=false", f"muse.source={muse}", "muse.retrain_model=null",
+               "muse.verbmem_max_new_tokens=6", "muse.knowmem_max_new_tokens=4", f"output_dir={out}"])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["history"]) == 2 and {"verbmem_forget", "knowmem_forget", "privleak"} <= set(metrics["eval"])
+    assert "verbmem_forget" in (out / "report.md").read_text()
+
+
+def test_refusal_objectives_refuse_raw_text(target_dir, tmp_path, capsys):
+    muse = _muse_fixture(tmp_path / "muse")
+    _fails(["unlearn", "--config", "configs/muse/npo.yaml", f"model.path={target_dir}", f"data.source={muse}",
+            "method.forget=idk", "method.forget_args={}", "data.max_length=24", f"output_dir={tmp_path / 'x'}"], capsys,
+           "the data is raw text")

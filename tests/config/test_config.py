@@ -69,6 +69,7 @@ def test_shipped_configs_load():
         load_config(_config_class(kind), f)
     presets = {p.stem for p in (root / "synthetic").glob("*.yaml")}
     assert presets == {p.stem for p in (root / "tofu").glob("*.yaml") if "finetune" not in p.stem}
+    assert {p.stem for p in (root / "muse").glob("*.yaml")} == presets - {"idk_dpo", "idk_ap"}
 
 
 def test_demo_yaml_spells_out_the_builtin_defaults():

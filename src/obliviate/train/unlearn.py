@@ -71,8 +71,21 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
                           c.rule, separate, c.module_stats)
 
 
-def encode_rows(tokenizer: Any, rows: Sequence[QARow], max_length: int) -> list[Encoded]:
-    return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]
+Rows = Sequence[QARow] | Sequence[str]
+
+
+def is_text(rows: Rows) -> bool:
+    """Raw-text documents (MUSE-style corpora) rather than QA rows."""
+    return bool(rows) and isinstance(rows[0], str)
+
+
+def encode_rows(tokenizer: Any, rows: Rows, max_length: int) -> list[Encoded]:
+    """QA rows with the prompt masked, or raw documents cut into max_length windows (every token a label)."""
+    if is_text(rows):
+        from obliviate.data.text import chunk_texts
+
+        return chunk_texts(tokenizer, list(rows), max_length)  # type: ignore[arg-type]
+    return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]  # type: ignore[union-attr]
 
 
 @dataclass
@@ -104,9 +117,12 @@ class Side:
         return self.spec.fn(policy, **extra, **self.kwargs) * scale
 
 
-def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Sequence[QARow],
-           retain_rows: Sequence[QARow], max_length: int, seed: int) -> tuple[Side, Side | None]:
+def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
+           retain_rows: Rows, max_length: int, seed: int) -> tuple[Side, Side | None]:
     """Encode both sides, with refusal answers for the questions when an objective needs them."""
+    if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
+        raise ConfigError(f"{method.forget}/{method.retain} answer questions with a refusal, but the data is raw "
+                          "text; use a QA split or an objective without refusals (e.g. npo, ga, rmu, asu)")
     refusals = load_refusals(method.refusals) if rm.needs_refusals else None
 
     def refusal_twins(rows: Sequence[QARow], stream: int) -> list[Encoded]:
@@ -154,12 +170,15 @@ def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tupl
     return batch, len(mine) * acc.num_processes / len(idx)
 
 
-def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Sequence[QARow], retain_rows: Sequence[QARow],
+def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_rows: Rows,
             method: MethodConfig, train: TrainConfig, *, max_length: int = 256, accelerator: Any = None) -> TrainResult:
-    """Minimise γ·L_F(forget) + α·L_R(retain) from the current weights (θ0) for the configured steps."""
+    """Minimise γ·L_F(forget) + α·L_R(retain) from the current weights (θ0) for the configured steps.
+
+    Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted).
+    """
     rm = resolve_method(method)
-    if rm.retain is not None:
-        check_disjoint(forget_rows, retain_rows)
+    if rm.retain is not None and not (is_text(forget_rows) or is_text(retain_rows)):
+        check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
     acc = accelerator or make_accelerator(train)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
     if "trainable_layers" in rm.loop_kw:
@@ -187,9 +206,9 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Sequence[QARow]
     return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name)
 
 
-def finetune(model: torch.nn.Module, tokenizer: Any, rows: Sequence[QARow], train: TrainConfig, *,
+def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
              max_length: int = 256, accelerator: Any = None, desc: str = "finetune") -> TrainResult:
-    """Supervised fine-tuning: minimise answer-token NLL (per-example mean) on `rows`."""
+    """Supervised fine-tuning: minimise answer-token NLL (per-example mean) on QA rows or raw documents."""
     acc = accelerator or make_accelerator(train)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes
