@@ -20,6 +20,13 @@ def _need(value: str, key: str, example: str) -> str:
     return value
 
 
+def _main_process() -> bool:
+    """True on the process that evaluates and writes (rank 0; always true without data parallelism)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
 def _load(mc: ModelConfig) -> tuple[Any, Any]:
     _need(mc.path, "model.path", "<model dir or hub id>")
     return load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
@@ -72,7 +79,11 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         check_disjoint(forget, retain)
     model, tok = _load(cfg.model)
     res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
+    if not _main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
+        return {}
     metrics: dict[str, Any] = {"history": res.history, "train_seconds": res.seconds}
+    if res.module_stats:
+        metrics["module_stats"] = res.module_stats
     if cfg.eval.enabled and cfg.data.format == "qa":
         metrics.update(_evaluate(model, tok, source, cfg.eval, cfg.data.max_length))
     elif cfg.eval.enabled and cfg.muse.source:
@@ -117,6 +128,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     else:
         model, tok = _load(cfg.model)
     res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length)
+    if not _main_process():
+        return {}
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         save_model(out, model, tok)
         _write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")

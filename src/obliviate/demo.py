@@ -8,7 +8,7 @@ everything but the forget authors and the demo needs one long training run, not 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,9 @@ import torch
 
 from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, build, section, to_dict
 from obliviate.data.synthetic import corpus_texts, make_world, write_world
+from obliviate.eval.analysis import compare_models, entropy_by_layer
 from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+from obliviate.modeling.smoothing import smoothed_teacher
 from obliviate.modeling.frozen import frozen_copy
 from obliviate.modeling.load import atomic_dir, save_model, write_json
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -71,6 +73,21 @@ def _eval_config(cfg: DemoConfig) -> EvalConfig:
     return EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed", "holdout_split": f"holdout{p:02d}"})
 
 
+def _analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodConfig, ml: int) -> dict[str, Any]:
+    """Factual vs functional log-prob shift of the unlearned model (and of ASU's teacher) on the forget
+    answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
+    shift = compare_models(target, student, tok, rows, max_length=ml)
+    out = {"token_shift": asdict(shift) | {"selectivity": shift.selectivity},
+           "attention_entropy": entropy_by_layer(student, tok, rows, max_length=ml)}
+    if method.forget == "asu":
+        args = {"tau": 2.0, "layers": None, **method.forget_args}
+        teacher = smoothed_teacher(target, args["tau"], args["layers"])
+        t_shift = compare_models(target, teacher, tok, rows, max_length=ml)
+        out["teacher_token_shift"] = asdict(t_shift) | {"selectivity": t_shift.selectivity}
+        out["teacher_attention_entropy"] = entropy_by_layer(teacher, tok, rows, max_length=ml)
+    return out
+
+
 def _phases(log: Any) -> Any:
     """A logger of elapsed seconds per phase."""
     last = [time.perf_counter()]
@@ -120,8 +137,10 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
             res = unlearn(student, tok, forget_rows, retain_rows, method, cfg.unlearn, max_length=ml)
             runs[name] = {"metrics": evaluate_model(student, tok, splits, ev, retain_tr, ml, **kw),
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
+            runs[name]["analysis"] = _analysis(target, student, tok, splits["forget"], method, ml)
             save_model(out / "models" / name.lower(), student, tok)
             phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")
+        runs["target"]["analysis"] = {"attention_entropy": entropy_by_layer(target, tok, splits["forget"], max_length=ml)}
         save_model(out / "models" / "target", target, tok)
         save_model(out / "models" / "retain", retain_model, tok)
         results = {"config": to_dict(cfg), "runs": runs, "questions": [r.question for r in splits["forget"]],
