@@ -18,12 +18,13 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in (("demo", "offline demo: synthetic world -> target/retain models -> ASU_KL vs GradDiff -> report"),
                         ("finetune", "train a model on QA data (e.g. the target or the retain model)"),
                         ("unlearn", "unlearn a forget split from a model, then evaluate it"),
-                        ("eval", "evaluate a model with the TOFU metrics"),
+                        ("eval", "evaluate a model on TOFU, MUSE, WMDP/MMLU (multiple choice) or RWKU"),
                         ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau")):
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
         sp.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. train.lr=1e-5")
         sp.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+        sp.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
         if name == "eval":
             sp.add_argument("--benchmark", choices=("tofu", "muse", "mcq", "rwku"), help="what to evaluate on")
             sp.add_argument("--model", help="model directory or hub id (= model.path)")
@@ -87,6 +88,12 @@ def _run(args: argparse.Namespace) -> int:
         from obliviate.commands import list_components
 
         print(list_components())
+        return 0
+    if args.help_config:
+        from obliviate.config import describe
+
+        for key, default, text in describe(_config_class(args.command)):
+            print(f"{key:<36} {default!r:<24} {text}")
         return 0
     overrides = (_eval_shortcuts(args) if args.command == "eval" else []) + list(args.overrides)
     cfg = load_config(_config_class(args.command), args.config, overrides)

@@ -217,3 +217,9 @@ def test_refusal_objectives_refuse_raw_text(target_dir, tmp_path, capsys):
     _fails(["unlearn", "--config", "configs/muse/npo.yaml", f"model.path={target_dir}", f"data.source={muse}",
             "method.forget=idk", "method.forget_args={}", "data.max_length=24", f"output_dir={tmp_path / 'x'}"], capsys,
            "the data is raw text")
+
+
+def test_help_config_lists_keys_with_help(capsys):
+    assert main(["unlearn", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    assert "method.combine.rule" in out and "gradient rule" in out and "train.lr" in out
