@@ -29,8 +29,23 @@ def _main_process() -> bool:
 
 def _load(mc: ModelConfig) -> tuple[Any, Any]:
     _need(mc.path, "model.path", "<model dir or hub id>")
-    return load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
-                           trust_remote_code=mc.trust_remote_code)
+    model, tok = load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
+                                 trust_remote_code=mc.trust_remote_code)
+    if mc.lora.enabled:
+        from obliviate.modeling.lora import apply_lora
+
+        model = apply_lora(model, r=mc.lora.r, alpha=mc.lora.alpha, dropout=mc.lora.dropout,
+                           target_modules=list(mc.lora.target_modules) if mc.lora.target_modules else None)
+    return model, tok
+
+
+def _saveable(model: Any, mc: ModelConfig) -> Any:
+    """What to write: the merged model for LoRA runs (unless merge_on_save is off), else the model."""
+    if mc.lora.enabled and mc.lora.merge_on_save:
+        from obliviate.modeling.lora import merged
+
+        return merged(model)
+    return model
 
 
 def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
@@ -91,7 +106,7 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
 
         metrics["eval"] = evaluate_muse_run(model, tok, cfg.muse)
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        save_model(out, model, tok)
+        save_model(out, _saveable(model, cfg.model), tok)
         _write_run(out, cfg, metrics, f"{cfg.method.forget}+{cfg.method.retain}")
     print(f"saved to {cfg.output_dir}")
     return metrics
@@ -131,7 +146,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if not _main_process():
         return {}
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        save_model(out, model, tok)
+        save_model(out, _saveable(model, cfg.model), tok)
         _write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
     print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
     return {"history": res.history}

@@ -34,12 +34,23 @@ def section(default: Any, help: str) -> Any:
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    enabled: bool = _f(False, "train LoRA adapters only; θ0 = the same network with adapters off (no copy)")
+    r: int = _f(8, "adapter rank")
+    alpha: int = _f(16, "LoRA alpha (scaling alpha / r)")
+    dropout: float = _f(0.0, "dropout on the adapter input")
+    target_modules: list | None = _f(None, "module names to adapt (null: every linear layer but the head)")
+    merge_on_save: bool = _f(True, "save the merged model (loadable without peft) instead of the adapters")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     path: str = _f("", "local directory or hub id of a causal LM (safetensors); the starting model θ0")
     tokenizer: str | None = _f(None, "tokenizer path or hub id when it differs from `path`")
     dtype: str = _f("float32", "float32 | bfloat16 | float16")
     attn_implementation: str = _f("sdpa", "eager | sdpa | any backend transformers knows")
     trust_remote_code: bool = _f(False, "allow custom model code from the hub (off unless you trust it)")
+    lora: LoraSettings = section(LoraSettings(), "parameter-efficient unlearning with LoRA adapters")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""The frozen copy of θ0 that serves as reference model and (with smoothed attention) ASU teacher."""
+"""θ0 as reference model and (with smoothed attention) ASU teacher: a frozen copy, or, for a LoRA
+student, the student itself with its adapters disabled (no second copy of the weights)."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -18,28 +20,52 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return frozen
 
 
-class FrozenModels:
-    """One frozen copy of θ0 giving reference stats, and teacher stats with attention temperature.
+def has_adapters(model: torch.nn.Module) -> bool:
+    """A PEFT model whose adapters can be switched off (then it computes its base model)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
-    Sharing one copy for both roles keeps memory at one extra model (smoothing is toggled).
+
+class FrozenModels:
+    """θ0 giving reference stats, and teacher stats with attention temperature (METHODS.md §1).
+
+    Full fine-tuning: one frozen deep copy serves both roles (smoothing is toggled), so memory is
+    one extra model. LoRA: the student with adapters disabled IS θ0 (adapters start at zero and
+    the base weights are frozen), so no copy is made at all.
     """
 
     def __init__(self, model: torch.nn.Module, teacher: Mapping[str, Any] | None) -> None:
-        self.model = frozen_copy(model)
+        self.shared = has_adapters(model)
+        self.model = model if self.shared else frozen_copy(model)
         self.teacher = dict(teacher) if teacher is not None else None
+
+    @contextmanager
+    def _theta0(self) -> Iterator[torch.nn.Module]:
+        """The θ0 network: the frozen copy, or the LoRA student with adapters off and in eval mode."""
+        if not self.shared:
+            yield self.model
+            return
+        training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():
+                yield self.model
+        finally:
+            self.model.train(training)
 
     @torch.no_grad()
     def reference_stats(self, batch: Mapping[str, Any], hidden: bool = False) -> TokenStats:
         """TokenStats of θ0 (unsmoothed) on `batch` (with hidden states when asked)."""
-        return forward_stats(self.model, batch, hidden=hidden)
+        with self._theta0() as m:
+            return forward_stats(m, batch, hidden=hidden)
 
     @torch.no_grad()
     def teacher_stats(self, batch: Mapping[str, Any]) -> TokenStats:
         """TokenStats of θ0 with temperature tau on the chosen layers (ASU forget-teacher)."""
         if self.teacher is None:
             raise RuntimeError("no teacher configured")
-        smooth_attention(self.model, self.teacher["tau"], self.teacher.get("layers"))
-        try:
-            return forward_stats(self.model, batch)
-        finally:
-            remove_smoothing(self.model)
+        with self._theta0() as m:
+            smooth_attention(m, self.teacher["tau"], self.teacher.get("layers"))
+            try:
+                return forward_stats(m, batch)
+            finally:
+                remove_smoothing(m)

@@ -11,7 +11,7 @@ from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
-from obliviate.modeling.frozen import FrozenModels
+from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
@@ -181,6 +181,8 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
     acc = accelerator or make_accelerator(train)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
+    if "trainable_layers" in rm.loop_kw and has_adapters(model):
+        raise ConfigError("RMU chooses trainable layers itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_layers" in rm.loop_kw:
         freeze_except_layers(model, rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
     frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
