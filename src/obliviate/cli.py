@@ -1,4 +1,4 @@
-"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | ls.
+"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | report | ls.
 
 User errors (bad data, config, paths) print one clear message and exit with status 2; no partial
 output directory is left behind (runs write into a temporary directory that is renamed at the end).
@@ -32,7 +32,10 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--split", help="TOFU: forget split, e.g. forget01 (its _perturbed file and holdout01 "
                                             "are used); MCQ: hub config, e.g. wmdp-bio")
             sp.add_argument("--out", help="output directory (= output_dir)")
-    sub.add_parser("ls", help="list forget objectives, retain terms and presets")
+    sub.add_parser("ls", help="list forget objectives, retain terms, gradient rules and presets")
+    rp = sub.add_parser("report", help="write report.html (tables, plots, answers) for a demo or run directory")
+    rp.add_argument("run_dir", help="an obliviate-demo/ or unlearn/eval/finetune output directory")
+    rp.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html)")
     return p
 
 
@@ -88,6 +91,11 @@ def _run(args: argparse.Namespace) -> int:
         from obliviate.commands import list_components
 
         print(list_components())
+        return 0
+    if args.command == "report":
+        from obliviate.commands import run_report
+
+        run_report(args.run_dir, args.out)
         return 0
     if args.help_config:
         from obliviate.config import describe

@@ -56,6 +56,9 @@ def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None
         (out / "report.md").write_text(text + "\n", encoding="utf-8")
         print(text)
     elif "eval" in metrics and metrics["eval"]:
+        if metrics.get("continual_table"):
+            (out / "continual.md").write_text("# Continual unlearning\n\n" + metrics["continual_table"] + "\n",
+                                              encoding="utf-8")
         results = {"runs": {label: {"metrics": metrics["eval"]}}, "questions": metrics.get("questions", []),
                    "answers": metrics.get("answers", [])}
         write_report(out / "report.md", results)
@@ -92,13 +95,20 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         _load_data(source, cfg.data.format, [cfg.data.retain_split])
     if cfg.data.format == "qa":
         check_disjoint(forget, retain)
+    if cfg.continual.enabled and cfg.data.format == "text":
+        raise ConfigError("continual unlearning is evaluated on QA rows; use data.format=qa (or a single request)")
     model, tok = _load(cfg.model)
-    res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
-    if not _main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
-        return {}
-    metrics: dict[str, Any] = {"history": res.history, "train_seconds": res.seconds}
-    if res.module_stats:
-        metrics["module_stats"] = res.module_stats
+    if cfg.continual.enabled:
+        metrics = _continual(model, tok, forget, retain, cfg)
+        if not _main_process():
+            return {}
+    else:
+        res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
+        if not _main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
+            return {}
+        metrics = {"history": res.history, "train_seconds": res.seconds}
+        if res.module_stats:
+            metrics["module_stats"] = res.module_stats
     if cfg.eval.enabled and cfg.data.format == "qa":
         metrics.update(_evaluate(model, tok, source, cfg.eval, cfg.data.max_length))
     elif cfg.eval.enabled and cfg.muse.source:
@@ -110,6 +120,24 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         _write_run(out, cfg, metrics, f"{cfg.method.forget}+{cfg.method.retain}")
     print(f"saved to {cfg.output_dir}")
     return metrics
+
+
+def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig) -> dict[str, Any]:
+    """Unlearn the forget split as a sequence of requests, each from the previous result (METHODS.md §1)."""
+    import dataclasses
+
+    from obliviate.train.continual import continual_table, run_continual, split_requests
+
+    reqs = split_requests(forget, cfg.continual.requests, authors_per_request=cfg.continual.authors_per_request)
+    main = _main_process()
+    res = run_continual(model, tok, reqs, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
+                        config=cfg.continual, eval_fn=None if main else (lambda m, i, seen: {}),
+                        log=print if main else (lambda s: None))
+    table = continual_table(res)
+    if main:
+        print(table)
+    return {"history": [h for hs in res.histories for h in hs], "train_seconds": res.total_seconds,
+            "continual": dataclasses.asdict(res), "continual_table": table}
 
 
 def _load_data(source: str, fmt: str, splits: list) -> list:
@@ -219,3 +247,21 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
             write_json(out / "calibration.json", {"config": to_dict(cfg), **res})
             (out / "calibration.md").write_text(text + "\n", encoding="utf-8")
     return res
+
+
+def run_report(run_dir: str, out: str | None = None) -> Path:
+    """Write report.html (tables, plots, sample answers, every metric) for a demo or run directory."""
+    from obliviate.report.html import load_results, write_html
+
+    path = Path(out) if out else Path(run_dir) / "report.html"
+    label = None
+    cfg_file = Path(run_dir) / "obliviate.yaml"
+    if cfg_file.is_file():
+        method = (yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}).get("method") or {}
+        label = f"{method.get('forget')}+{method.get('retain')}" if method.get("forget") else None
+    results = load_results(run_dir, label=label)
+    tmp = path.with_name(path.name + ".tmp")
+    write_html(tmp, results)
+    tmp.replace(path)
+    print(f"wrote {path}")
+    return path

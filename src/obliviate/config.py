@@ -160,6 +160,28 @@ class MuseEvalConfig:
 
 
 @dataclass(frozen=True)
+class ContinualConfig:
+    requests: int | None = _f(None, "number of sequential forget requests the forget split is cut into, by "
+                                    "author (e.g. 10 on forget10 = TOFU's forget01 tasks); null: see authors_per_request")
+    authors_per_request: int | None = _f(None, "authors per request instead of a request count (TOFU: 2 authors "
+                                               "= forget01 task, 20 = forget10 task); both null: continual mode off")
+    eval_every: int = _f(1, "evaluate every forget set seen so far after every k-th request (always after the last)")
+    max_new_tokens: int = _f(64, "greedy answer length of the per-request evaluation")
+    batch_size: int = _f(16, "batch size of the per-request evaluation")
+
+    def __post_init__(self) -> None:
+        for key in ("requests", "authors_per_request", "eval_every", "max_new_tokens", "batch_size"):
+            value, nullable = getattr(self, key), key in ("requests", "authors_per_request")
+            _require(value >= 1 if value is not None else nullable, f"continual.{key}", value,
+                     ">= 1 or null" if nullable else ">= 1")
+
+    @property
+    def enabled(self) -> bool:
+        """Continual mode is on when requests or authors_per_request is set (METHODS.md §1 continual protocol)."""
+        return self.requests is not None or self.authors_per_request is not None
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = section(ModelConfig(), "starting model")
     data: DataConfig = section(DataConfig(), "forget / retain data")
@@ -168,6 +190,8 @@ class RunConfig:
     eval: EvalConfig = section(EvalConfig(), "TOFU-style evaluation after training (data.format qa)")
     muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE evaluation after training (data.format text; "
                                                      "skipped when muse.source is empty)")
+    continual: ContinualConfig = section(ContinualConfig(), "continual unlearning: the forget split as a sequence "
+                                                            "of requests (METHODS.md §1)")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
 

@@ -22,6 +22,7 @@ from obliviate.modeling.smoothing import smoothed_teacher
 from obliviate.modeling.frozen import frozen_copy
 from obliviate.modeling.load import atomic_dir, save_model, write_json
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+from obliviate.report.html import write_html
 from obliviate.report.markdown import console_table, write_report
 from obliviate.train.unlearn import finetune, unlearn
 
@@ -147,7 +148,9 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
                    "answers": [r.answer for r in splits["forget"]], "seconds": time.perf_counter() - t0}
         write_json(out / "results.json", results)
         write_report(out / "report.md", results)
+        write_html(out / "report.html", results)
     log(console_table(results))
-    log(f"results: {Path(cfg.output_dir) / 'results.json'}, report: {Path(cfg.output_dir) / 'report.md'}  "
+    log(f"results: {Path(cfg.output_dir) / 'results.json'}, report: {Path(cfg.output_dir) / 'report.md'} "
+        f"and report.html  "
         f"({results['seconds']:.0f} s)")
     return results

@@ -223,3 +223,37 @@ def test_help_config_lists_keys_with_help(capsys):
     assert main(["unlearn", "--help-config"]) == 0
     out = capsys.readouterr().out
     assert "method.combine.rule" in out and "gradient rule" in out and "train.lr" in out
+
+
+def test_report_command_writes_html_for_a_run(world_dir, target_dir, tmp_path):
+    out = tmp_path / "run"
+    assert main(["unlearn", "--config", "configs/synthetic/graddiff.yaml", f"model.path={target_dir}",
+                 f"data.source={world_dir}", "data.max_length=48", "train.max_steps=2", "train.progress=false",
+                 "eval.max_examples=3", "eval.max_new_tokens=6", "eval.retain_model=null", f"output_dir={out}"]) == 0
+    assert main(["report", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "ga+nll" in html and "data:image/png;base64," in html
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+
+
+def test_continual_unlearning_from_the_cli(tmp_path, small_tok):
+    from obliviate.data.synthetic import make_world
+
+    world = write_world(make_world(10, seed=1, forget_percents=(30,)), tmp_path / "w")
+    target = tmp_path / "t"
+    assert main(["finetune", "model.path=tiny", f"data.source={world}", "data.splits=[full]", "tiny.hidden_size=32",
+                 "tiny.vocab_size=400", "train.max_steps=10", "train.lr=3e-3", "train.progress=false",
+                 "data.max_length=48", f"output_dir={target}"]) == 0
+    out = tmp_path / "c"
+    assert main(["unlearn", "--config", "configs/synthetic/asu_kl.yaml", f"model.path={target}", f"data.source={world}",
+                 "data.forget_split=forget30", "data.retain_split=retain70", "data.max_length=48",
+                 "continual.requests=3", "continual.max_new_tokens=6", "train.max_steps=1", "train.progress=false",
+                 "eval.forget_split=forget30_perturbed", "eval.retain_model=null", "eval.max_examples=3",
+                 "eval.max_new_tokens=6", f"output_dir={out}"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["continual"]["histories"]) == 3 and len(metrics["history"]) == 3
+    steps = metrics["continual"]["steps"]
+    assert [len(s["forget"]) for s in steps] == [1, 2, 3]  # every earlier request re-checked
+    assert "after request" in (out / "continual.md").read_text()

@@ -76,7 +76,7 @@ def test_empty_and_mixed_authors_raise(world30):
 def test_config_builds_validates_and_splits(world30):
     cfg = build(ContinualConfig, {"requests": 3, "eval_every": 2})
     assert cfg.enabled and not ContinualConfig().enabled
-    assert len(cfg.split(world30.splits["forget30"])) == 3
+    assert len(split_requests(world30.splits["forget30"], cfg.requests, authors_per_request=cfg.authors_per_request)) == 3
     with pytest.raises(ConfigError, match="continual.eval_every"):
         ContinualConfig(eval_every=0)
     with pytest.raises(ConfigError, match="continual.requests"):
@@ -150,4 +150,39 @@ def test_run_continual_rejects_bad_requests(small_tok, trained_small):
         run_continual(trained_small, small_tok, [[QARow("q?", "a.")], []], [], MethodConfig(), _cfg())
     with pytest.raises(ValueError, match="needs QA rows"):
         run_continual(trained_small, small_tok, [["some raw text"]], [], MethodConfig(), _cfg())
-    assert isinstance(ContinualResult().to_dict(), dict)
+    assert continual_table(ContinualResult()).count("\n") == 1  # header only
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
+def test_lora_student_rebases_theta0_on_the_last_result(world30, small_tok, trained_small, monkeypatch):
+    from obliviate.data.tokenize import collate, pad_id
+    from obliviate.modeling.frozen import FrozenModels
+    from obliviate.modeling.logprobs import forward_stats
+    from obliviate.modeling.lora import apply_lora
+    from obliviate.train import unlearn as unlearn_mod
+    from obliviate.train.unlearn import encode_rows
+
+    batch = collate(encode_rows(small_tok, world30.splits["forget30"][:4], 64), pad_id(small_tok))
+    theta0, after = [], []
+
+    class Recording(FrozenModels):
+        def __init__(self, model, teacher):
+            super().__init__(model, teacher)
+            theta0.append(self.reference_stats(batch).logits)  # adapters-off: LoRA's θ0
+
+    def unlearn_and_record(model, *args, **kw):
+        res = real_unlearn(model, *args, **kw)
+        with torch.no_grad():
+            after.append(forward_stats(model.eval(), batch).logits)
+        return res
+
+    real_unlearn = continual.unlearn
+    monkeypatch.setattr(unlearn_mod, "FrozenModels", Recording)
+    monkeypatch.setattr(continual, "unlearn", unlearn_and_record)
+    student = apply_lora(copy.deepcopy(trained_small), r=4, alpha=8, dropout=0.0, target_modules=None)
+    reqs = split_requests(world30.splits["forget30"], authors_per_request=1)[:2]
+    run_continual(student, small_tok, reqs, world30.splits["retain70"],
+                  MethodConfig(forget="asu", forget_args={"tau": 4.0, "layers": [0]}, retain="kl"),
+                  _cfg(lr=1e-2), max_length=64, eval_fn=lambda m, i, seen: {}, log=lambda s: None)
+    torch.testing.assert_close(theta0[1], after[0], atol=1e-5, rtol=1e-5)  # not the untouched base model
+    assert not torch.allclose(theta0[1], theta0[0], atol=1e-4)

@@ -1,10 +1,5 @@
-"""Continual unlearning (METHODS.md §1): forget requests arrive in sequence; each starts from the last result.
-
-After request i the unlearned model is θ0 (teacher and reference) of request i+1, because `unlearn`
-builds its frozen copy from the model it is given. After each request (every `eval_every`-th) the
-forget sets of ALL requests so far are evaluated again, with a fixed retain sample, so one sees
-whether earlier requests stay forgotten and whether utility erodes.
-"""
+"""Continual unlearning (METHODS.md §1): forget requests arrive in sequence, each from the last result as θ0;
+after each request every forget set so far and a fixed retain sample are evaluated again."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +12,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from obliviate.config import MethodConfig, TrainConfig, _f, _require
+from obliviate.config import ContinualConfig, MethodConfig, TrainConfig
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
+from obliviate.eval.generate import batched_avg_loss, generate_answers
+from obliviate.eval.tofu import fact_recall, rouge_recall
+from obliviate.modeling.frozen import has_adapters
 from obliviate.train.unlearn import unlearn
 
 TOFU_AUTHOR_ROWS = 20  # TOFU gives each author 20 consecutive QA rows
@@ -30,34 +28,6 @@ EvalFn = Callable[[torch.nn.Module, int, list[list[QARow]]], dict[str, Any]]
 
 class ContinualError(ConfigError, ValueError):
     """An impossible continual setting: a ValueError that the CLI reports without a traceback."""
-
-
-@dataclass(frozen=True)
-class ContinualConfig:
-    requests: int | None = _f(None, "number of sequential forget requests the forget split is cut into, by "
-                                    "author (e.g. 10 on forget10 = TOFU's forget01 tasks); null: see authors_per_request")
-    authors_per_request: int | None = _f(None, "authors per request instead of a request count (TOFU: 2 authors "
-                                               "= forget01 task, 20 = forget10 task); both null: continual mode off")
-    eval_every: int = _f(1, "evaluate every forget set seen so far after every k-th request (always after the last)")
-    max_new_tokens: int = _f(64, "greedy answer length of the per-request evaluation")
-    batch_size: int = _f(16, "batch size of the per-request evaluation")
-
-    def __post_init__(self) -> None:
-        for key in ("requests", "authors_per_request"):
-            value = getattr(self, key)
-            _require(value is None or value >= 1, f"continual.{key}", value, ">= 1 or null")
-        _require(self.eval_every >= 1, "continual.eval_every", self.eval_every, ">= 1")
-        _require(self.max_new_tokens >= 1, "continual.max_new_tokens", self.max_new_tokens, ">= 1")
-        _require(self.batch_size >= 1, "continual.batch_size", self.batch_size, ">= 1")
-
-    @property
-    def enabled(self) -> bool:
-        """Continual mode is on when requests or authors_per_request is set (METHODS.md §1 continual protocol)."""
-        return self.requests is not None or self.authors_per_request is not None
-
-    def split(self, rows: Sequence[QARow]) -> list[list[QARow]]:
-        """The forget rows cut into this config's requests (METHODS.md §1 continual protocol)."""
-        return split_requests(rows, self.requests, authors_per_request=self.authors_per_request)
 
 
 def author_groups(rows: Sequence[QARow]) -> list[list[QARow]]:
@@ -74,20 +44,19 @@ def author_groups(rows: Sequence[QARow]) -> list[list[QARow]]:
         raise ContinualError(f"{named.count(False)} of {len(rows)} forget rows carry no `author` while the others "
                              "do; give every row an author, or none (then TOFU's 20 rows per author are assumed)")
     if len(rows) % TOFU_AUTHOR_ROWS:
-        raise ContinualError(f"the forget rows carry no `author` field, so authors are taken as TOFU's blocks of "
-                             f"{TOFU_AUTHOR_ROWS} consecutive rows, but {len(rows)} rows is not a multiple of "
-                             f"{TOFU_AUTHOR_ROWS}; add an `author` field to every row")
+        raise ContinualError(f"without `author` fields authors are TOFU's blocks of {TOFU_AUTHOR_ROWS} rows, but "
+                             f"{len(rows)} rows is not a multiple of {TOFU_AUTHOR_ROWS}; give every row an author")
     return [list(rows[i:i + TOFU_AUTHOR_ROWS]) for i in range(0, len(rows), TOFU_AUTHOR_ROWS)]
 
 
 def _authors_per_request(n_authors: int, n_requests: int | None, per: int | None) -> int:
     """How many authors each request takes; a ContinualError for counts that do not cut into equal requests."""
     for name, value in (("requests", n_requests), ("authors_per_request", per)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (type(value) is not int or value < 1):
             raise ContinualError(f"{name}={value!r} is impossible: it must be a whole number >= 1")
-    valid = [d for d in range(1, n_authors + 1) if n_authors % d == 0]
     if per is None and n_requests is None:
         return 1
+    valid = [d for d in range(1, n_authors + 1) if n_authors % d == 0]
     if per is None:
         if n_authors % n_requests:  # type: ignore[operator]
             raise ContinualError(f"cannot cut {n_authors} forget author(s) into {n_requests} equal requests; "
@@ -106,9 +75,8 @@ def split_requests(rows: Sequence[QARow], n_requests: int | None = None, *,
                    authors_per_request: int | None = None) -> list[list[QARow]]:
     """Cut a forget set, in order, into equal requests of whole authors (METHODS.md §1 continual protocol).
 
-    Authors are `row.author` groups, or, when no row names one, blocks of 20 consecutive rows (TOFU's
-    author size). With neither count given every author is one request.
-    """
+    Authors are `row.author` groups, or, when no row has one, blocks of 20 consecutive rows (TOFU's author
+    size). With neither count given every author is one request."""
     groups = author_groups(rows)
     k = _authors_per_request(len(groups), n_requests, authors_per_request)
     return [[r for g in groups[i:i + k] for r in g] for i in range(0, len(groups), k)]
@@ -116,12 +84,10 @@ def split_requests(rows: Sequence[QARow], n_requests: int | None = None, *,
 
 @dataclass
 class ContinualResult:
-    """Per-request training histories and seconds, and the evaluation table (METHODS.md §1 continual protocol).
+    """Per-request training histories and seconds, and the evaluations (METHODS.md §1 continual protocol).
 
-    `steps[k]` = {"request": i (1-based: evaluated after request i), **eval_fn's dict}; the default
-    evaluation adds "forget": [{"request": j, "rougeL_recall", "fact_recall"} for j = 1..i] and
-    "retain": {"rougeL_recall", "nll"} (or None without retain rows).
-    """
+    `steps[k]` = {"request": i (1-based, evaluated after request i), **eval_fn's dict}; the default adds "forget":
+    [{"request": j, "rougeL_recall", "fact_recall"} for j = 1..i] and "retain": {"rougeL_recall", "nll"} | None."""
 
     n_requests: int = 0
     histories: list[list[dict[str, float]]] = field(default_factory=list)
@@ -129,21 +95,14 @@ class ContinualResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     total_seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def _answers(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualConfig) -> list[str]:
-    from obliviate.eval.generate import generate_answers
-
     return generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=cfg.max_new_tokens,
                             batch_size=cfg.batch_size)
 
 
 def _forget_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualConfig) -> dict[str, Any]:
     """Greedy-answer ROUGE-L recall and fact recall of one request's rows (METHODS.md §1 continual protocol)."""
-    from obliviate.eval.tofu import fact_recall, rouge_recall
-
     answers = _answers(model, tokenizer, rows, cfg)
     return {"rougeL_recall": float(np.mean(rouge_recall(answers, [r.answer for r in rows]))),
             "fact_recall": fact_recall(answers, rows)}
@@ -152,9 +111,6 @@ def _forget_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: Cont
 def _retain_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualConfig,
                     max_length: int) -> dict[str, float] | None:
     """ROUGE-L recall and mean answer NLL on the fixed retain sample (METHODS.md §1 continual protocol)."""
-    from obliviate.eval.generate import batched_avg_loss
-    from obliviate.eval.tofu import rouge_recall
-
     if not rows:
         return None
     answers = _answers(model, tokenizer, rows, cfg)
@@ -195,6 +151,22 @@ def _request_train(train: TrainConfig, i: int) -> TrainConfig:
     return dataclasses.replace(train, checkpoint_dir=str(Path(train.checkpoint_dir) / f"request_{i + 1:02d}"))
 
 
+def rebase_adapters(model: torch.nn.Module) -> None:
+    """LoRA: fold the adapters into the base weights and restart them at zero, so adapters-off = θ0 (METHODS.md §1)."""
+    from peft.tuners.lora import LoraLayer
+
+    for module in model.modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        for name in module.active_adapters:
+            if module.use_dora.get(name):
+                raise ContinualError("continual unlearning with LoRA needs plain LoRA adapters, not DoRA")
+            base = module.get_base_layer().weight
+            with torch.no_grad():
+                base += module.get_delta_weight(name).to(base.dtype)
+            module.reset_lora_parameters(name, init_lora_weights=True)
+
+
 def _release(accelerator: Any) -> None:
     """Drop the finished request's optimizer and frozen θ0 before the next request copies the model."""
     if accelerator is not None:
@@ -221,7 +193,10 @@ def run_continual(model: torch.nn.Module, tokenizer: Any, requests: list[list[QA
     evaluate = eval_fn or default_eval(tokenizer, retain_rows, cfg, max_length)
     result, start, n = ContinualResult(n_requests=len(requests)), time.perf_counter(), len(requests)
     for i, rows in enumerate(requests):
-        log(f"continual: request {i + 1}/{n}: forgetting {len(rows)} rows, θ0 = the model after request {i}")
+        log(f"continual: request {i + 1}/{n}: forgetting {len(rows)} rows; θ0 = "
+            + (f"the model after request {i}" if i else "the starting model"))
+        if i and has_adapters(model):  # LoRA's θ0 is adapters-off: it must be the model after request i
+            rebase_adapters(model)
         res = unlearn(model, tokenizer, rows, retain_rows, method, _request_train(train, i),
                       max_length=max_length, accelerator=accelerator)
         _release(accelerator)
