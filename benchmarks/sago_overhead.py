@@ -11,7 +11,6 @@ machine is shared, single steps can spike). Usage: python benchmarks/sago_overhe
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys

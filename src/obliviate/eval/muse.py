@@ -32,7 +32,7 @@ from obliviate.data.rows import QARow, read_records, row_from_record
 from obliviate.data.text import document_ids, is_hub_id, text_from_record
 from obliviate.errors import DataError
 from obliviate.eval.generate import _greedy_batch, chunks, eval_mode, length_order, stop_ids
-from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
+from obliviate.eval.memorization import privleak  # one definition, shared with TOFU
 from obliviate.eval.tofu import MetricInfo
 
 MUSE_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
