@@ -51,14 +51,14 @@ def _saveable(model: Any, mc: ModelConfig) -> Any:
 def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     write_json(out / "metrics.json", metrics)
+    if metrics.get("continual_table"):
+        (out / "continual.md").write_text("# Continual unlearning\n\n" + metrics["continual_table"] + "\n",
+                                          encoding="utf-8")
     if metrics.get("eval") and "model_utility" not in metrics["eval"]:  # not TOFU: a plain metric table
         text = metrics_markdown(metrics["eval"], title=label)
         (out / "report.md").write_text(text + "\n", encoding="utf-8")
         print(text)
     elif "eval" in metrics and metrics["eval"]:
-        if metrics.get("continual_table"):
-            (out / "continual.md").write_text("# Continual unlearning\n\n" + metrics["continual_table"] + "\n",
-                                              encoding="utf-8")
         results = {"runs": {label: {"metrics": metrics["eval"]}}, "questions": metrics.get("questions", []),
                    "answers": metrics.get("answers", [])}
         write_report(out / "report.md", results)
