@@ -1,4 +1,4 @@
-"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | report | ls.
+"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | validate | report | ls.
 
 User errors (bad data, config, paths) print one clear message and exit with status 2; no partial
 output directory is left behind (runs write into a temporary directory that is renamed at the end).
@@ -19,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
                         ("finetune", "train a model on QA data (e.g. the target or the retain model)"),
                         ("unlearn", "unlearn a forget split from a model, then evaluate it"),
                         ("eval", "evaluate a model on TOFU, MUSE, WMDP/MMLU (multiple choice) or RWKU"),
-                        ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau")):
+                        ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau"),
+                        ("validate", "check an unlearning recipe (config, method, data, model files) without training")):
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
         sp.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. train.lr=1e-5")
@@ -44,7 +45,7 @@ def _config_class(command: str) -> type:
     from obliviate.demo import DemoConfig
 
     return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig,
-            "calibrate": CalibrateConfig}[command]
+            "calibrate": CalibrateConfig, "validate": RunConfig}[command]
 
 
 def _eval_shortcuts(args: argparse.Namespace) -> list[str]:

@@ -265,3 +265,32 @@ def run_report(run_dir: str, out: str | None = None) -> Path:
     tmp.replace(path)
     print(f"wrote {path}")
     return path
+
+
+def run_validate(cfg: RunConfig) -> dict[str, Any]:
+    """Check an unlearning recipe without training: config, method, data splits, model files, eval splits."""
+    from obliviate.train.unlearn import resolve_method
+
+    rm = resolve_method(cfg.method)
+    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
+    forget = _load_data(source, cfg.data.format, [cfg.data.forget_split])
+    retain = _load_data(source, cfg.data.format, [cfg.data.retain_split])
+    if cfg.data.format == "qa":
+        check_disjoint(forget, retain)
+    path = Path(_need(cfg.model.path, "model.path", "<model dir or hub id>"))
+    if path.exists() and not (path / "config.json").is_file():
+        raise ConfigError(f"model.path {path} has no config.json: not a model directory")
+    lines = [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
+             f"needs {sorted(rm.needs()) or 'nothing extra'}",
+             f"data: {len(forget)} forget and {len(retain)} retain {'rows' if cfg.data.format == 'qa' else 'documents'}",
+             f"model: {'local directory' if path.exists() else 'hub id (not checked offline)'} {cfg.model.path}"]
+    if cfg.eval.enabled and cfg.data.format == "qa":
+        splits = load_eval_splits(source, cfg.eval)
+        lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+        if cfg.eval.retain_model and Path(cfg.eval.retain_model).exists() \
+                and not (Path(cfg.eval.retain_model) / "config.json").is_file():
+            raise ConfigError(f"eval.retain_model {cfg.eval.retain_model} has no config.json: not a model directory")
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir, cfg.overwrite)
+    print("valid:\n  " + "\n  ".join(lines))
+    return {"lines": lines}

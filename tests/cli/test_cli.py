@@ -257,3 +257,15 @@ def test_continual_unlearning_from_the_cli(tmp_path, small_tok):
     steps = metrics["continual"]["steps"]
     assert [len(s["forget"]) for s in steps] == [1, 2, 3]  # every earlier request re-checked
     assert "after request" in (out / "continual.md").read_text()
+
+
+def test_validate_checks_a_recipe_without_training(world_dir, target_dir, tmp_path, capsys):
+    base = ["validate", "--config", "configs/synthetic/npo_pcgrad.yaml", f"model.path={target_dir}",
+            f"data.source={world_dir}", "eval.retain_model=null", f"output_dir={tmp_path / 'o'}"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "valid:" in out and "rule pcgrad" in out and "29 forget" not in out  # small world: 1 author
+    assert not (tmp_path / "o").exists()
+    _fails(base + ["data.retain_split=full"], capsys, "also appear in the retain set")
+    _fails(base + ["method.combine.rule=sagoo"], capsys, "valid names:")
+    _fails(base + [f"model.path={tmp_path}"], capsys, "no config.json")
