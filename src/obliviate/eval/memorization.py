@@ -115,6 +115,35 @@ def min_k_privleak_auc(model: Any, tokenizer: Any, forget: Sequence[QARow | Item
     return _min_k_auc(ts, len(forget), k)
 
 
+def forget_memorization(correct: Sequence[np.ndarray]) -> dict[str, float]:
+    """Mean extraction strength and exact memorisation over examples' per-token correctness vectors."""
+    return {"forget_extraction_strength": float(np.mean([extraction_strength_from_correct(c) for c in correct])),
+            "forget_exact_memorization": float(np.mean([exact_memorization_from_correct(c) for c in correct]))}
+
+
+def memorization_from_scores(ts: TokenScores, n_forget: int, *, retrain_ts: TokenScores | None = None,
+                             auc_retrain: float | None = None, k: float = DEFAULT_K) -> dict[str, Any]:
+    """ES, EM and PrivLeak from TokenScores of forget + holdout (first `n_forget` rows are the forget set);
+    `retrain_ts` (a retrained model's scores on the same rows) gives PrivLeak's reference AUC."""
+    if retrain_ts is not None and auc_retrain is not None:
+        raise ValueError("give either a retrained model's scores or auc_retrain, not both")
+    if retrain_ts is not None:
+        auc_retrain = _min_k_auc(retrain_ts, n_forget, k)
+    auc = _min_k_auc(ts, n_forget, k)
+    value, note = privleak(auc, auc_retrain)
+    return {
+        **forget_memorization(ts.correct[:n_forget]),
+        "privleak": value,
+        "privleak_abs": abs(value),
+        "privleak_auc": auc,
+        "privleak_auc_retrain": auc_retrain,
+        "privleak_k": k,
+        "n_forget": n_forget,
+        "n_holdout": len(ts.correct) - n_forget,
+        "notes": [note] if note else [],
+    }
+
+
 def evaluate_memorization(model: Any, tokenizer: Any, forget_rows: Sequence[QARow | Item],
                           holdout_rows: Sequence[QARow | Item], *, retain_model: Any = None,
                           auc_retrain: float | None = None, k: float = DEFAULT_K, batch_size: int = 16,
@@ -122,25 +151,8 @@ def evaluate_memorization(model: Any, tokenizer: Any, forget_rows: Sequence[QARo
     """Forget-set ES and EM and PrivLeak (Min-K% forget vs holdout; retain model's AUC or a given one, else 0.5)."""
     if retain_model is not None and auc_retrain is not None:
         raise ValueError("give either retain_model or auc_retrain, not both")
-    forget, holdout = _pairs(forget_rows), _pairs(holdout_rows)
-    ts = token_scores(model, tokenizer, forget + holdout, batch_size=batch_size, max_length=max_length,
-                      moments=False)
-    n = len(forget)
-    auc = _min_k_auc(ts, n, k)
-    if retain_model is not None:
-        auc_retrain = min_k_privleak_auc(retain_model, tokenizer, forget, holdout, k=k, batch_size=batch_size,
-                                         max_length=max_length)
-    value, note = privleak(auc, auc_retrain)
-    notes = [note] if note else []
-    return {
-        "forget_extraction_strength": float(np.mean([extraction_strength_from_correct(c) for c in ts.correct[:n]])),
-        "forget_exact_memorization": float(np.mean([exact_memorization_from_correct(c) for c in ts.correct[:n]])),
-        "privleak": value,
-        "privleak_abs": abs(value),
-        "privleak_auc": auc,
-        "privleak_auc_retrain": auc_retrain,
-        "privleak_k": k,
-        "n_forget": n,
-        "n_holdout": len(holdout),
-        "notes": notes,
-    }
+    items = _pairs(forget_rows) + _pairs(holdout_rows)
+    kw = {"batch_size": batch_size, "max_length": max_length, "moments": False}
+    ts = token_scores(model, tokenizer, items, **kw)
+    retrain_ts = token_scores(retain_model, tokenizer, items, **kw) if retain_model is not None else None
+    return memorization_from_scores(ts, len(forget_rows), retrain_ts=retrain_ts, auc_retrain=auc_retrain, k=k)

@@ -230,8 +230,13 @@ def evaluate_mia(model: Any, tokenizer: Any, members: Sequence[QARow | Item], no
     kw = dict(reference_model=reference_model, reference_tokenizer=reference_tokenizer, k=k,
               batch_size=batch_size, max_length=max_length)
     scores = mia_scores(model, tokenizer, list(members) + list(nonmembers), **kw)
-    n = len(members)
+    return mia_from_scores(scores, len(members), k=k)
+
+
+def mia_from_scores(scores: dict[str, np.ndarray], n_members: int, *, k: float = DEFAULT_K) -> dict[str, Any]:
+    """Every attack's AUC from per-example scores of members (first `n_members`) then nonmembers."""
+    n = n_members
     out: dict[str, Any] = {f"mia_{a}_auc": mia_auc(s[:n], s[n:]) for a, s in scores.items()}
-    notes = [] if reference_model is not None else ["mia_reference_auc not computed: no reference model given"]
-    out.update(mia_k=k, n_members=n, n_nonmembers=len(nonmembers), notes=notes)
+    notes = [] if "reference" in scores else ["mia_reference_auc not computed: no reference model given"]
+    out.update(mia_k=k, n_members=n, n_nonmembers=len(next(iter(scores.values()))) - n, notes=notes)
     return out

@@ -59,19 +59,23 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
 
 def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str | None, cfg: EvalConfig,
                   retain_model: Any, max_length: int, notes: list[str]) -> dict[str, Any]:
-    from obliviate.eval.memorization import evaluate_memorization, exact_memorization, extraction_strength
-    from obliviate.eval.mia import evaluate_mia
+    """ES/EM of the forget answers; with a holdout split also PrivLeak and the MIA AUCs. One scoring
+    pass per model over forget + holdout serves every one of these metrics."""
+    from obliviate.eval.memorization import forget_memorization, memorization_from_scores
+    from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
 
     kw = {"batch_size": cfg.batch_size, "max_length": max_length}
     if not (cfg.holdout_split and source):
         notes.append("privleak and MIA AUCs not computed: no eval.holdout_split")
-        return {"forget_extraction_strength": float(np.mean(extraction_strength(model, tokenizer, forget, **kw))),
-                "forget_exact_memorization": float(np.mean(exact_memorization(model, tokenizer, forget, **kw)))}
+        return forget_memorization(token_scores(model, tokenizer, forget, moments=False, **kw).correct)
     holdout = load_split(cfg.source or source, cfg.holdout_split)
     holdout = holdout[: cfg.max_examples] if cfg.max_examples else holdout
-    mem = evaluate_memorization(model, tokenizer, forget, holdout, retain_model=retain_model, **kw)
-    mia = evaluate_mia(model, tokenizer, forget, holdout, reference_model=retain_model, **kw)
-    notes.extend(mem.pop("notes", []) + mia.pop("notes", []))
+    items, n = forget + holdout, len(forget)
+    ts = token_scores(model, tokenizer, items, **kw)
+    ref = token_scores(retain_model, tokenizer, items, moments=False, **kw) if retain_model is not None else None
+    mem = memorization_from_scores(ts, n, retrain_ts=ref)
+    mia = mia_from_scores(attack_scores(ts, reference_loss=None if ref is None else ref.avg_loss), n)
+    notes.extend(mem.pop("notes") + mia.pop("notes"))
     return {**mem, **mia}
 
 
