@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from obliviate.errors import DataError
 
 Span = tuple[int, int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,13 +147,18 @@ def read_records(path: Path) -> list[tuple[str, Any]]:
     return out
 
 
+def parse_file(path: str | Path, parse: Callable[[Any, str], T], empty: str) -> list[T]:
+    """Records of a JSONL / JSON file through `parse(record, where)`; no records -> DataError(f"{path}: {empty}")."""
+    path = Path(path)
+    items = [parse(rec, where) for where, rec in read_records(path)]
+    if not items:
+        raise DataError(f"{path}: {empty}")
+    return items
+
+
 def load_file(path: str | Path) -> list[QARow]:
     """QA rows of one JSONL / JSON file; an empty file is an error."""
-    path = Path(path)
-    rows = [row_from_record(rec, where) for where, rec in read_records(path)]
-    if not rows:
-        raise DataError(f"{path}: the split is empty; it needs at least one question/answer row")
-    return rows
+    return parse_file(path, row_from_record, "the split is empty; it needs at least one question/answer row")
 
 
 def split_file(directory: Path, split: str) -> Path:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from obliviate.data.rows import read_records
+from obliviate.data.rows import parse_file
 from obliviate.data.tokenize import Encoded
 from obliviate.errors import DataError
 
@@ -58,10 +58,7 @@ def read_text_file(path: Path) -> list[str]:
             return [text_from_record(path.read_text(encoding="utf-8"), str(path))]
         except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read {path}: {exc}") from None
-    docs = [text_from_record(rec, where) for where, rec in read_records(path)]
-    if not docs:
-        raise DataError(f"{path}: the corpus is empty; it needs at least one document")
-    return docs
+    return parse_file(path, text_from_record, "the corpus is empty; it needs at least one document")
 
 
 def _txt_dir(directory: Path) -> list[str]:

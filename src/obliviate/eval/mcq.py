@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from obliviate.data.rows import read_records
+from obliviate.data.rows import parse_file
 from obliviate.data.tokenize import Encoded, collate, pad_id
 from obliviate.errors import DataError, ObliviateError
 from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
@@ -100,11 +100,7 @@ def item_from_record(rec: Any, where: str) -> MCQItem:
 
 def load_mcq_file(path: str | Path) -> list[MCQItem]:
     """Items of a .jsonl (one object a line) or .json (a list) file; errors name file:line."""
-    path = Path(path)
-    items = [item_from_record(rec, where) for where, rec in read_records(path)]
-    if not items:
-        raise DataError(f"{path}: no multiple-choice items in the file")
-    return items
+    return parse_file(path, item_from_record, "no multiple-choice items in the file")
 
 
 def load_mcq_hub(repo_id: str, config: str, split: str = "test") -> list[MCQItem]:
