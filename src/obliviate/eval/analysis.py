@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from obliviate.data.rows import QARow
-from obliviate.data.tokenize import collate, encode_qa, pad_id
+from obliviate.data.tokenize import collate, encode_qa, has_chat_template, pad_id
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.smoothing import attention_entropy, smoothed_teacher
 
@@ -45,8 +45,9 @@ def fact_spans(row: QARow) -> list[tuple[int, int]]:
 
 def answer_token_classes(tokenizer: Any, row: QARow, n_answer_tokens: int) -> np.ndarray:
     """FACTUAL / FUNCTIONAL / OTHER for each of the example's counted answer tokens. -> [n]."""
-    enc = tokenizer(" " + row.answer, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = [(max(0, s - 1), max(0, e - 1)) for s, e in enc["offset_mapping"]]  # drop the leading space
+    lead = "" if has_chat_template(tokenizer) else " "  # as encode_qa: chat answers start the turn, plain ones after a space
+    enc = tokenizer(lead + row.answer, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = [(max(0, s - len(lead)), max(0, e - len(lead))) for s, e in enc["offset_mapping"]]
     spans = fact_spans(row)
     out = np.full(n_answer_tokens, OTHER, dtype=np.int64)
     for i, (s, e) in enumerate(offsets[:n_answer_tokens]):

@@ -25,6 +25,9 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """AutoTokenizer from a local directory or hub id; pad token falls back to EOS."""
     from transformers import AutoTokenizer
 
+    from obliviate.modeling.gguf import resolve_gguf
+
+    path = resolve_gguf(path)
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -37,13 +40,17 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
 
 def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = "sdpa",
                trust_remote_code: bool = False) -> Any:
-    """AutoModelForCausalLM (safetensors only) from a local directory or hub id."""
+    """AutoModelForCausalLM (safetensors only) from a local directory, hub id, .gguf file or GGUF alias."""
     from transformers import AutoModelForCausalLM
 
+    from obliviate.modeling.gguf import resolve_gguf
+
+    path = resolve_gguf(path)
     p = Path(path)
     if (p.exists() or str(path).startswith((".", "/"))) and not (p / "config.json").is_file():
-        raise ObliviateError(f"{path!r} is not a model directory (no config.json); "
-                             "give the output directory of `obliviate finetune`/`unlearn` or a hub id")
+        raise ObliviateError(f"{path!r} is not a model directory (no config.json); give the output directory "
+                             "of `obliviate finetune`/`unlearn`, a .gguf file, an alias such as "
+                             "smollm2-135m-instruct, or a hub id")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_dtype(dtype), attn_implementation=attn_implementation,
@@ -55,7 +62,10 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
 
 
 def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) from one path (tokenizer from `tokenizer` when given)."""
+    """(model, tokenizer) from one path (tokenizer from `tokenizer` when given); GGUF sources convert once."""
+    from obliviate.modeling.gguf import resolve_gguf
+
+    path = resolve_gguf(path)
     model = load_model(path, **kw)  # first: its error says what a model directory needs
     return model, load_tokenizer(tokenizer or path, trust_remote_code=kw.get("trust_remote_code", False))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from obliviate.errors import ObliviateError
-from obliviate.report.markdown import COLUMNS, GEOMETRY, _geometry_rows, _label, fmt, metric_infos
+from obliviate.report.markdown import GEOMETRY, columns, _geometry_rows, _label, fmt, metric_infos
 from obliviate.report.plots import figures, png_base64
 
 CSS = """
@@ -70,11 +70,12 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], labels: int = 1) 
 def headline_section(results: Mapping[str, Any]) -> str:
     """The headline metrics of every run (the numbers of markdown_table); empty without any of them."""
     runs = results["runs"]
-    if not any(k in r["metrics"] for r in runs.values() for k, _ in COLUMNS):
+    cols = columns(results)
+    if not any(k in r["metrics"] for r in runs.values() for k, _ in cols):
         return ""
-    rows = [[escape(n)] + [escape(fmt(r["metrics"].get(k))) for k, _ in COLUMNS] for n, r in runs.items()]
-    return ("<h2>Forget set vs utility</h2>" + _table(["model"] + [escape(t) for _, t in COLUMNS], rows)
-            + f'<p class="note">{escape(NOTE)}</p>')
+    rows = [[escape(n)] + [escape(fmt(r["metrics"].get(k))) for k, _ in cols] for n, r in runs.items()]
+    return ("<h2>Forget set vs utility</h2>" + _table(["model"] + [escape(t) for _, t in cols], rows)
+            + f'<p class="note">{escape(results.get("note") or NOTE)}</p>')
 
 
 def plots_section(results: Mapping[str, Any]) -> str:

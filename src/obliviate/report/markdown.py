@@ -21,6 +21,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+def columns(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The headline columns of a results dict: its own `columns` (e.g. the knowledge demo's), else TOFU's."""
+    return [tuple(c) for c in results.get("columns") or COLUMNS]  # type: ignore[misc]
+
+
 GEOMETRY = ("cos_f_r", "cos_g_f", "cos_g_r", "conflict_share")
 
 
@@ -54,10 +59,11 @@ def console_table(results: Mapping[str, Any]) -> str:
     """The headline metrics of every run as a rich table, rendered to text."""
     table = Table(title="obliviate: forget set vs utility (↑/↓ = better)")
     table.add_column("model")
-    for _, title in COLUMNS:
+    cols = columns(results)
+    for _, title in cols:
         table.add_column(title, justify="right")
     for name, run in results["runs"].items():
-        table.add_row(name, *(fmt(run["metrics"].get(k)) for k, _ in COLUMNS))
+        table.add_row(name, *(fmt(run["metrics"].get(k)) for k, _ in cols))
     buf = io.StringIO()
     console = Console(file=buf, width=160, force_terminal=False, color_system=None)
     console.print(table)
@@ -74,9 +80,10 @@ def console_table(results: Mapping[str, Any]) -> str:
 
 def markdown_table(results: Mapping[str, Any]) -> str:
     """The same headline metrics as a Markdown table."""
-    lines = ["| model | " + " | ".join(t for _, t in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    cols = columns(results)
+    lines = ["| model | " + " | ".join(t for _, t in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, run in results["runs"].items():
-        lines.append(f"| {name} | " + " | ".join(fmt(run["metrics"].get(k)) for k, _ in COLUMNS) + " |")
+        lines.append(f"| {name} | " + " | ".join(fmt(run["metrics"].get(k)) for k, _ in cols) + " |")
     return "\n".join(lines)
 
 
@@ -95,11 +102,12 @@ def samples(results: Mapping[str, Any], n: int = 3) -> str:
 
 def write_report(path: Path, results: Mapping[str, Any]) -> None:
     """Write the Markdown report of a demo or evaluation run."""
-    parts = ["# obliviate report", "", markdown_table(results), "",
-             "Forget quality: KS-test p-value of forget truth ratios against the retain model (TOFU). "
-             "Model utility: harmonic mean of 9 numbers on retain, real authors, world facts. "
-             "Fact recall: share of the annotated facts that the greedy answer contains.", "",
+    note = results.get("note") or ("Forget quality: KS-test p-value of forget truth ratios against the retain model "
+                                   "(TOFU). Model utility: harmonic mean of 9 numbers on retain, real authors, world "
+                                   "facts. Fact recall: share of the annotated facts that the greedy answer contains.")
+    parts = ["# obliviate report", "", markdown_table(results), "", note, "",
              "## Forget questions, before and after", "", samples(results)]
+    parts += list(results.get("extra_markdown") or [])
     geo = _geometry_rows(results)
     if geo:
         parts += ["## Gradient geometry (mean over optimizer steps)", "",
@@ -142,9 +150,10 @@ def metric_infos() -> dict[str, Any]:
     from obliviate.eval.mia import MIA_METRICS
     from obliviate.eval.muse import MUSE_METRICS
     from obliviate.eval.rwku import RWKU_METRICS
+    from obliviate.eval.knowledge import knowledge_metric_infos
     from obliviate.eval.tofu import METRICS
 
-    return {**METRICS, **MEMORIZATION_METRICS, **MIA_METRICS, **CLOSER_LOOK_METRICS, **MUSE_METRICS,
+    return {**METRICS, **knowledge_metric_infos(), **MEMORIZATION_METRICS, **MIA_METRICS, **CLOSER_LOOK_METRICS, **MUSE_METRICS,
             **MCQ_METRICS, **RWKU_METRICS}
 
 

