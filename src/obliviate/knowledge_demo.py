@@ -19,7 +19,8 @@ import torch
 
 from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, _f, _require, build, section, to_dict
 from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
-                                      facts_from_rows, family_table, load_facts, split_known)
+                                      facts_from_rows, family_table, load_facts, split_known,
+                                      unique_questions)
 
 AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration sweep
 
@@ -33,7 +34,7 @@ class KnowledgeSettings:
     forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
     max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
     retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
-    max_eval: int | None = _f(48, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
+    max_eval: int | None = _f(32, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
     max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
     batch_size: int = _f(32, "generation / scoring batch size")
 
@@ -96,7 +97,7 @@ def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
 
         for split in cfg.tofu_splits:
             facts += facts_from_rows(load_split(cfg.tofu_source, str(split)), FAMILY_OF_TOFU.get(str(split), str(split)))
-    return facts
+    return unique_questions(facts)
 
 
 def _write_groups(directory: Path, split: KnowledgeSplit) -> None:

@@ -66,7 +66,7 @@ def test_shipped_configs_load():
     assert files, "configs/ must hold recipes"
     for f in files:
         kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
-        load_config(_config_class(kind), f)
+        load_config(_config_class(kind, str(f)), f)
     presets = {p.stem for p in (root / "synthetic").glob("*.yaml")}
     assert presets == {p.stem for p in (root / "tofu").glob("*.yaml") if "finetune" not in p.stem}
     assert {p.stem for p in (root / "muse").glob("*.yaml")} == presets - {"idk_dpo", "idk_ap"}

@@ -163,3 +163,29 @@ def test_evaluate_knowledge_on_a_tiny_model(trained_small, small_tok):
     for key in ("forget_accuracy", "neighbours_accuracy", "retain_accuracy", "forget_degenerate_share"):
         assert 0.0 <= m[key] <= 1.0
     assert m["forget_mcq_n"] == 3 and 0.0 <= m["forget_mcq_accuracy"] <= 1.0
+
+
+def test_repeated_questions_never_land_in_forget_and_retain():
+    twin = Fact("tofu-0", "tofu_world_facts", "", "What is the capital of  france?", "Paris")
+    assert K.unique_questions([FR_CAP, twin, DE_CAP]) == [FR_CAP, DE_CAP]
+    sp = K.split_known(FACTS + [twin], RIGHT + ["Paris."], forget_families=["capitals"], retain_share=1.0)
+    assert twin not in sp.retain + sp.heldout + sp.neighbours
+
+
+def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, monkeypatch):
+    """Hand-set losses: item 1's gold (index 2) has the lowest loss, item 2's gold (index 0) does not."""
+    import numpy as np
+
+    from obliviate.eval import generate
+    from obliviate.eval.mcq import MCQItem
+
+    items = [MCQItem("q1?", ("a", "b", "c", "d"), 2), MCQItem("q2?", ("e", "f", "g", "h"), 0)]
+    seen = []
+
+    def fake(model, tok, pairs, **kw):
+        seen.extend(pairs)
+        return np.array([3.0, 2.0, 1.0, 4.0, 2.0, 1.5, 3.0, 3.0])
+
+    monkeypatch.setattr(generate, "batched_avg_loss", fake)
+    assert K.option_accuracy(trained_small, small_tok, items) == 0.5
+    assert seen[:4] == [("q1?", "a"), ("q1?", "b"), ("q1?", "c"), ("q1?", "d")]

@@ -1,4 +1,5 @@
 """The one log-prob module: alignment, masking and reductions on hand-made logits."""
+import copy
 import math
 
 import pytest
@@ -40,3 +41,36 @@ def test_kl_and_sequence_mean_hand_values():
 def test_shift_labels_masks_ignored():
     t, m = shift_labels(torch.tensor([[9, -100, 4]]))
     assert t.tolist() == [[0, 4]] and m.tolist() == [[False, True]]
+
+
+def test_label_start_is_the_first_position_predicting_a_label():
+    from obliviate.modeling.logprobs import label_start
+
+    labels = torch.tensor([[-100, -100, -100, 5, 6, -100], [-100, -100, -100, -100, 7, -100]])
+    assert label_start(labels) == 2  # position 2 predicts row 0's first label (position 3)
+    assert label_start(torch.full((2, 4), -100)) == 0
+
+
+def test_forward_stats_skips_the_prompt_prefix_without_changing_values(trained_small, small_tok):
+    """Logits only from label_start on (logits_to_keep): same log-probs, NLL and KL as the full forward."""
+    from obliviate.data.tokenize import collate, encode_qa
+    from obliviate.modeling.logprobs import forward_stats, label_start, masked_token_kl, takes_logits_to_keep
+    from obliviate.modeling.lora import apply_lora
+
+    enc = [encode_qa(small_tok, "Where was Lanas Kalo born, and in which year did it happen?", "In Anvar.", 64),
+           encode_qa(small_tok, "Who is Mara Quellen?", "A writer born in Tessaly in 1962.", 64)]
+    batch = collate(enc, small_tok.pad_token_id)
+    start = label_start(batch["labels"])
+    assert start > 3
+    fast = forward_stats(trained_small, batch)
+    with torch.no_grad():
+        full = token_stats(trained_small(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                           batch["labels"])
+    T = batch["input_ids"].shape[1]
+    assert fast.logits.shape[1] == T - 1 - start and full.logits.shape[1] == T - 1
+    torch.testing.assert_close(fast.logp, full.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.token_logp, full.token_logp[:, start:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(masked_token_kl(fast, fast), torch.zeros(2), atol=1e-6, rtol=0)
+    lora = apply_lora(copy.deepcopy(trained_small), r=2, alpha=4, dropout=0.0, target_modules=["q_proj"])
+    assert takes_logits_to_keep(lora)  # unwrapped through PEFT
+    assert forward_stats(lora, batch).logits.shape == fast.logits.shape

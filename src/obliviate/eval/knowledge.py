@@ -92,6 +92,17 @@ def facts_from_rows(rows: Sequence[QARow], family: str) -> list[Fact]:
     return out
 
 
+def unique_questions(facts: Sequence[Fact]) -> list[Fact]:
+    """The facts with the first of each normalised question kept (TOFU's world_facts repeats some built-in ones)."""
+    seen: set[str] = set()
+    out = []
+    for f in facts:
+        if normalise(f.question) not in seen:
+            seen.add(normalise(f.question))
+            out.append(f)
+    return out
+
+
 def normalise(text: str) -> str:
     """Lowercase, accents stripped, every non-alphanumeric run -> one space, trimmed."""
     text = unicodedata.normalize("NFKD", text)
@@ -184,8 +195,10 @@ def split_known(facts: Sequence[Fact], replies: Sequence[str], *, forget_familie
     else:  # same families, other entities
         f_fams = {f.family for f in forget}
         neighbours = [f for f in known if f.id not in ids and f.family in f_fams and f.entity.lower() not in ents]
+    asked = {normalise(f.question) for f in forget}  # a question asked twice must not be forgotten and kept
+    neighbours = [f for f in neighbours if normalise(f.question) not in asked]
     taken = ids | {f.id for f in neighbours}
-    rest = [f for f in known if f.id not in taken]
+    rest = [f for f in known if f.id not in taken and normalise(f.question) not in asked]
     random.Random(seed).shuffle(rest)
     n_retain = int(round(retain_share * len(rest)))
     retain, heldout = rest[:n_retain], rest[n_retain:]
@@ -253,7 +266,8 @@ def knowledge_metric_infos() -> dict[str, Any]:
             ("neighbours_accuracy", True, "known facts about the forget facts' entities, other families (not trained on)"),
             ("retain_accuracy", True, "known facts the retain term trains on"),
             ("heldout_accuracy", True, "known facts unlearning never sees (general knowledge kept)"),
-            ("forget_mcq_accuracy", False, "4-way choice-text log-likelihood accuracy on the forget facts (chance 0.25)"),
+            ("forget_mcq_accuracy", False, "4-way accuracy on the forget facts: the option with the lowest mean answer "
+             "NLL in the chat prompt (chance 0.25)"),
             ("other_mcq_accuracy", True, "4-way accuracy on the known non-forget facts (chance 0.25)"),
             ("all_degenerate_share", False, "share of all replies that are empty or loops")]
     return {n: MetricInfo(n, hib, 1, d) for n, hib, d in rows}
@@ -266,7 +280,6 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole)."""
     from obliviate.eval.fluency import fluency_summary
     from obliviate.eval.generate import generate_answers
-    from obliviate.eval.mcq import mcq_accuracy
 
     groups = {k: (v if k == "forget" or max_eval is None else v[:max_eval]) for k, v in split.groups().items()}
     facts = [f for g in groups.values() for f in g]
@@ -286,7 +299,18 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     others = [f for k in ("neighbours", "retain", "heldout") for f in groups[k]]
     for name, fs in (("forget", groups["forget"]), ("other", others)):
         items = mcq_items(fs, pool, seed=seed)
-        out[f"{name}_mcq_accuracy"] = (mcq_accuracy(model, tokenizer, items, target="text", batch_size=batch_size,
-                                                    max_length=256)["accuracy"] if items else None)
+        out[f"{name}_mcq_accuracy"] = option_accuracy(model, tokenizer, items, batch_size=batch_size) if items else None
         out[f"{name}_mcq_n"] = len(items)
     return out
+
+
+def option_accuracy(model: Any, tokenizer: Any, items: Sequence[Any], *, batch_size: int = 32,
+                    max_length: int = 256) -> float:
+    """4-way accuracy: the chosen option is the one with the lowest mean answer NLL when given as the answer
+    to the question in the model's own prompt format (TOFU's length-normalised option probability, argmax)."""
+    from obliviate.eval.generate import batched_avg_loss
+    from obliviate.eval.mcq import accuracy as mcq_acc
+
+    pairs = [(it.question, c) for it in items for c in it.choices]
+    loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)
+    return mcq_acc(loss.argmin(1), [it.answer for it in items])

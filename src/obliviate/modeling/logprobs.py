@@ -3,9 +3,17 @@
 Convention: a batch holds `input_ids` [B, T], `attention_mask` [B, T] and `labels` [B, T] with
 -100 on prompt and padding positions. Position t of the logits predicts token t+1, so every
 statistic here is aligned to the shifted targets `labels[:, 1:]` and has length T-1.
+
+`forward_stats` skips the prefix of positions that predict no label in any row (the prompt part
+every row shares): the model computes logits (LM head, softmax, KL over the vocabulary) only from
+the first position that predicts a label (`logits_to_keep`), and the stats cover that window
+[B, T-1-start]. Every statistic is masked to answer tokens, so no value changes; with a long chat
+template prompt this removes most of the vocabulary-sized work.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -20,7 +28,8 @@ IGNORE_INDEX = -100
 class TokenStats:
     """Statistics of one model on one batch, aligned to next-token targets.
 
-    logits: [B, T-1, V] (may be None when only token log-probs were kept);
+    logits: [B, T-1, V] (may be None when only token log-probs were kept); from `forward_stats` every
+    [.., T-1] here is the window from `label_start` on, [.., T-1-start];
     token_logp: [B, T-1] log p(y_t | x, y_<t) (0 where mask is False);
     mask: [B, T-1] bool, True on answer tokens that count;
     targets: [B, T-1] long next-token ids (0 where mask is False), or None when not kept;
@@ -86,11 +95,34 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
 
+def label_start(labels: Tensor) -> int:
+    """First position whose logits predict a label in some row ([B, T] labels -> int; 0 when none do)."""
+    predicts = (labels[:, 1:] != IGNORE_INDEX).any(0).nonzero()
+    return int(predicts[0]) if len(predicts) else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _class_takes_logits_to_keep(cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
+def takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """The (unwrapped: DDP `.module`, PEFT base model) causal LM's forward accepts `logits_to_keep`."""
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    return _class_takes_logits_to_keep(type(inner))
+
+
 def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True,
                   hidden: bool = False) -> TokenStats:
-    """Run `model` on a collated batch and return its TokenStats on the batch's labels (+ hidden states)."""
-    out = model(**model_inputs(batch), use_cache=False, output_hidden_states=hidden)
-    stats = token_stats(out.logits, batch["labels"], keep_logits=keep_logits)
+    """Run `model` on a collated batch and return its TokenStats on the batch's labels (+ hidden states).
+
+    Logits are computed from `label_start` on (module docstring); the stats cover that window."""
+    labels = batch["labels"]
+    start = label_start(labels) if takes_logits_to_keep(model) else 0
+    extra = {"logits_to_keep": labels.shape[1] - start} if start else {}
+    out = model(**model_inputs(batch), use_cache=False, output_hidden_states=hidden, **extra)
+    stats = token_stats(out.logits, labels[:, start:], keep_logits=keep_logits)
     if hidden:
         stats.hidden, stats.attention_mask = tuple(out.hidden_states), batch["attention_mask"]
     return stats
