@@ -4,6 +4,7 @@ Unknown keys, wrong types and impossible values are ConfigErrors that name the k
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -377,7 +378,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(raw: dict, overrides: Sequence[str]) -> dict:
     """Apply `a.b=v` overrides to a nested dict (copy), creating sub-mappings as needed."""
-    out = yaml.safe_load(yaml.safe_dump(raw)) if raw else {}
+    out = copy.deepcopy(raw) if raw else {}  # (a YAML round trip would sort mapping keys, e.g. the methods)
     for text in overrides:
         path, val = parse_override(text)
         node = out

@@ -43,6 +43,9 @@ class WorldConfig:
 class DemoConfig:
     world: WorldConfig = section(WorldConfig(), "the synthetic world")
     tiny: TinyConfig = section(TinyConfig(), "the from-scratch model")
+    base_model: str | None = _f(None, "a pretrained model (directory, hub id, .gguf or alias such as "
+                                      "smollm2-135m-instruct) fine-tuned on the world instead of a tiny model "
+                                      "trained from scratch (full fine-tuning)")
     max_length: int = _f(96, "max tokens per example")
     retain_train: TrainConfig = section(TrainConfig(epochs=25, batch_size=16, lr=3e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "training of the retain model")
@@ -110,9 +113,14 @@ def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         world_dir = write_world(world, out / "world")
         general = world.splits["real_authors"] + world.splits["world_facts"] + world.splits["pretrain"]
-        tok = train_tokenizer(corpus_texts(world), vocab_size=cfg.tiny.vocab_size)
-        model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
-                           num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
+        if cfg.base_model:
+            from obliviate.modeling.load import load_pretrained
+
+            model, tok = load_pretrained(cfg.base_model)
+        else:
+            tok = train_tokenizer(corpus_texts(world), vocab_size=cfg.tiny.vocab_size)
+            model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
+                               num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
         phase = _phases(log)
         log(f"world: {cfg.world.authors} authors ({len(world.splits['full'])} QA), forget{p:02d} = "
             f"{len(world.splits[f'forget{p:02d}'])} QA; model: {sum(x.numel() for x in model.parameters()):,} parameters")

@@ -34,7 +34,7 @@ class KnowledgeSettings:
     forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
     max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
     retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
-    max_eval: int | None = _f(32, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
+    max_eval: int | None = _f(24, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
     max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
     batch_size: int = _f(32, "generation / scoring batch size")
 
@@ -46,7 +46,7 @@ class KnowledgeSettings:
 
 @dataclass(frozen=True)
 class CalibrateSettings:
-    taus: list = _f([1.5, 2.0, 3.0, 4.0], "temperatures tried for `tau: auto` methods")
+    taus: list = _f([2.0, 3.0, 4.0], "temperatures tried for `tau: auto` methods")
     layer_sets: list | None = _f(None, "layer sets tried (null: obliviate.eval.analysis.default_layer_sets)")
     functional_budget: float = _f(0.7, "max mean log-prob loss of functional tokens (nats)")
     min_factual: float = _f(0.3, "factual tokens must lose at least this much to be chosen by selectivity")
@@ -58,7 +58,7 @@ class KnowledgeDemoConfig:
     model: ModelConfig = section(ModelConfig(path="smollm2-135m-instruct"), "the pretrained model θ0")
     knowledge: KnowledgeSettings = section(KnowledgeSettings(), "facts, groups and probing")
     max_length: int = _f(96, "max tokens per training example")
-    unlearn: TrainConfig = section(TrainConfig(epochs=4, batch_size=8, lr=2e-5, scheduler="constant", weight_decay=0.0),
+    unlearn: TrainConfig = section(TrainConfig(epochs=3, batch_size=8, lr=2e-5, scheduler="constant", weight_decay=0.0),
                                    "unlearning runs (the same budget for every method)")
     methods: dict = _f({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": None}, "retain": "kl"},
                         "GradDiff": {"forget": "ga", "retain": "nll"}},
@@ -80,6 +80,8 @@ class KnowledgeDemoConfig:
         for name, raw in self.methods.items():
             raw = dict(raw)
             args = dict(raw.get("forget_args") or {})
+            _require(not isinstance(args.get("tau"), str) or args["tau"] == AUTO, f"methods.{name}.forget_args.tau",
+                     args.get("tau"), f"a number > 1 or {AUTO!r} (the calibration's choice)")
             if args.get("tau") == AUTO:
                 raw["forget_args"] = {**args, **auto}
             out[str(name)] = build(MethodConfig, raw, f"methods.{name}.")
@@ -147,7 +149,16 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     t0 = time.perf_counter()
     check_output_dir(cfg.output_dir, cfg.overwrite)
     kc = cfg.knowledge
-    facts = probe_facts(kc)  # bad fact files fail before the model loads
+    facts = probe_facts(kc)  # bad fact files and unknown families fail before the model loads
+    unknown = sorted(set(kc.forget_families) - {f.family for f in facts})
+    if unknown:
+        from obliviate.errors import ConfigError
+
+        raise ConfigError(f"knowledge.forget_families: unknown families {unknown}; valid: {sorted({f.family for f in facts})}")
+    from obliviate.train.unlearn import resolve_method
+
+    for method in cfg.method_configs({"tau": 2.0, "layers": None}).values():
+        resolve_method(method)  # unknown objectives, rules and hyper-parameters fail before loading
     phase = _phases(log)
     model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()
@@ -207,7 +218,8 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
 NOTE = ("Accuracy: share of facts whose gold answer (or an alias) the greedy reply contains, among the facts the "
         "original model answered correctly (so the original scores 1.000 on every group by construction). "
         "Neighbours: other families' facts about the forget facts' entities (never trained on). MCQ: 4-way "
-        "choice log-likelihood, chance 0.25. Fluency columns are over the forget replies.")
+        "choice, each option put into the original model's own answer sentence, the lowest mean NLL wins (chance "
+        "0.25). Fluency columns are over the forget replies.")
 
 
 def _extra_markdown(results: dict[str, Any], calibration: str | None) -> list[str]:

@@ -80,3 +80,15 @@ def test_demo_yaml_spells_out_the_builtin_defaults():
 
     path = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
     assert to_dict(load_config(DemoConfig, path)) == to_dict(load_config(DemoConfig, None))
+
+
+def test_overrides_keep_the_order_of_mappings():
+    """Methods run (and are tabled) in the YAML's order, with or without command-line overrides."""
+    from pathlib import Path
+
+    from obliviate.knowledge_demo import KnowledgeDemoConfig
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "demo_real.yaml"
+    plain = list(load_config(KnowledgeDemoConfig, path).methods)
+    assert plain[:2] == ["ASU_KL_tau2", "ASU_KL_calibrated"]
+    assert list(load_config(KnowledgeDemoConfig, path, ["output_dir=x"]).methods) == plain

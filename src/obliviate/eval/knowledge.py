@@ -266,8 +266,8 @@ def knowledge_metric_infos() -> dict[str, Any]:
             ("neighbours_accuracy", True, "known facts about the forget facts' entities, other families (not trained on)"),
             ("retain_accuracy", True, "known facts the retain term trains on"),
             ("heldout_accuracy", True, "known facts unlearning never sees (general knowledge kept)"),
-            ("forget_mcq_accuracy", False, "4-way accuracy on the forget facts: the option with the lowest mean answer "
-             "NLL in the chat prompt (chance 0.25)"),
+            ("forget_mcq_accuracy", False, "4-way accuracy on the forget facts: the option whose answer sentence (the "
+             "original reply with the answer swapped) has the lowest mean NLL (chance 0.25)"),
             ("other_mcq_accuracy", True, "4-way accuracy on the known non-forget facts (chance 0.25)"),
             ("all_degenerate_share", False, "share of all replies that are empty or loops")]
     return {n: MetricInfo(n, hib, 1, d) for n, hib, d in rows}
@@ -297,20 +297,29 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     out["forget_generations"] = out["generations"]["forget"]
     pool = split.pool or [f for g in split.groups().values() for f in g]
     others = [f for k in ("neighbours", "retain", "heldout") for f in groups[k]]
+    by_question = {split.rows[f.id].question: split.rows[f.id] for g in groups.values() for f in g}
     for name, fs in (("forget", groups["forget"]), ("other", others)):
         items = mcq_items(fs, pool, seed=seed)
-        out[f"{name}_mcq_accuracy"] = option_accuracy(model, tokenizer, items, batch_size=batch_size) if items else None
+        out[f"{name}_mcq_accuracy"] = (option_accuracy(model, tokenizer, items, [by_question[it.question] for it in items],
+                                                       batch_size=batch_size) if items else None)
         out[f"{name}_mcq_n"] = len(items)
     return out
 
 
-def option_accuracy(model: Any, tokenizer: Any, items: Sequence[Any], *, batch_size: int = 32,
-                    max_length: int = 256) -> float:
-    """4-way accuracy: the chosen option is the one with the lowest mean answer NLL when given as the answer
-    to the question in the model's own prompt format (TOFU's length-normalised option probability, argmax)."""
+def option_sentences(item: Any, row: QARow) -> list[str]:
+    """The model's own answer sentence `row` with its annotated answer span replaced by each option."""
+    s, e = row.fact_spans[0]
+    return [row.answer[:s] + choice + row.answer[e:] for choice in item.choices]
+
+
+def option_accuracy(model: Any, tokenizer: Any, items: Sequence[Any], rows: Sequence[QARow], *,
+                    batch_size: int = 32, max_length: int = 256) -> float:
+    """4-way accuracy: each option is put into the original model's own answer sentence (as TOFU's perturbed
+    answers share the answer's wording) and the option whose sentence has the lowest mean answer NLL under
+    the chat prompt is chosen (TOFU's length-normalised probability, argmax); chance 0.25."""
     from obliviate.eval.generate import batched_avg_loss
     from obliviate.eval.mcq import accuracy as mcq_acc
 
-    pairs = [(it.question, c) for it in items for c in it.choices]
+    pairs = [(it.question, text) for it, row in zip(items, rows) for text in option_sentences(it, row)]
     loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)
     return mcq_acc(loss.argmin(1), [it.answer for it in items])
