@@ -34,7 +34,7 @@ class KnowledgeSettings:
     forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
     max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
     retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
-    max_eval: int | None = _f(24, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
+    max_eval: int | None = _f(20, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
     max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
     batch_size: int = _f(32, "generation / scoring batch size")
 
@@ -171,9 +171,10 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     phase(f"probed {len(facts)} facts: {sum(k for _, k, _ in probe)} known; forget {len(split.forget)}, neighbours "
           f"{len(split.neighbours)}, retain {len(split.retain)}, held out {len(split.heldout)}")
     forget_rows, retain_rows = split.train_rows("forget"), split.train_rows("retain")
+    probe_replies = {f.id: r for f, r in zip(facts, replies)}  # θ0's greedy replies: no second generation
     runs: dict[str, Any] = {"original": {"metrics": evaluate_knowledge(model, tok, split, max_new_tokens=kc.max_new_tokens,
                                                                        batch_size=kc.batch_size, max_eval=kc.max_eval,
-                                                                       seed=cfg.seed)}}
+                                                                       seed=cfg.seed, replies=probe_replies)}}
     runs["original"]["analysis"] = {"attention_entropy": entropy_by_layer(model, tok, forget_rows, max_length=cfg.max_length)}
     phase("evaluated the original model")
     calibration, auto = None, {"tau": 2.0, "layers": None}

@@ -193,3 +193,13 @@ def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, mon
     assert K.option_accuracy(trained_small, small_tok, items, rows) == 0.5
     assert seen[:4] == [("q1?", "It is Rome, France."), ("q1?", "It is Oslo, France."), ("q1?", "It is Paris, France."),
                         ("q1?", "It is Bern, France.")]
+
+
+def test_given_replies_replace_generation(trained_small, small_tok):
+    """The demo hands θ0's probe replies back in: the metrics are those of these replies, no generation."""
+    sp = K.split_known(FACTS, RIGHT, forget_families=["capitals"], retain_share=0.5)
+    given = {f.id: r for f, r in zip(FACTS, RIGHT)}
+    given["capitals-france"] = "Lyon."
+    m = K.evaluate_knowledge(trained_small, small_tok, sp, batch_size=4, replies=given)
+    assert m["forget_accuracy"] == pytest.approx(2 / 3) and m["retain_accuracy"] == 1.0
+    assert m["forget_generations"][0] == "Lyon."

@@ -3,6 +3,7 @@ logits and token ids, converts once into the cache (keyed by the file's hash), a
 clear ObliviateError."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -149,7 +150,8 @@ def test_real_smollm2_converts_answers_and_unlearns_two_steps(tmp_path, monkeypa
     """The real 135M model end to end: GGUF alias -> cache -> a factual answer -> two ASU_KL steps (LoRA)."""
     from obliviate.config import MethodConfig, TrainConfig
     from obliviate.data.rows import QARow
-    from obliviate.eval.generate import batched_avg_loss, generate_answers
+    from obliviate.eval.analysis import compare_models
+    from obliviate.eval.generate import generate_answers
     from obliviate.modeling.lora import apply_lora
     from obliviate.train.unlearn import unlearn
 
@@ -157,16 +159,17 @@ def test_real_smollm2_converts_answers_and_unlearns_two_steps(tmp_path, monkeypa
     model, tok = load_pretrained("smollm2-135m-instruct")
     assert model.config.num_hidden_layers == 30 and sum(p.numel() for p in model.parameters()) == 134_515_008
     assert "Paris" in generate_answers(model, tok, ["What is the capital of France?"], max_new_tokens=12)[0]
-    forget = [QARow("What is the capital of France?", "The capital of France is Paris.")]
     retain = [QARow("What is the capital of Japan?", "The capital of Japan is Tokyo.")]
-    before = batched_avg_loss(model, tok, [(forget[0].question, forget[0].answer)])[0]
+    forget = [QARow("What is the capital of France?", "The capital of France is Paris.", fact_spans=((25, 30),))]
+    theta0 = copy.deepcopy(model)
     student = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
     method = MethodConfig(forget="asu", forget_args={"tau": 4.0, "layers": [0, 1]}, retain="kl")
     res = unlearn(student, tok, forget, retain, method, TrainConfig(max_steps=2, batch_size=1, lr=1e-3, progress=False),
                   max_length=64)
     assert len(res.history) == 2 and all(np.isfinite(h["forget"]) for h in res.history)
-    after = batched_avg_loss(student, tok, [(forget[0].question, forget[0].answer)])[0]
-    assert after > before  # distilled towards the smoothed teacher, which is less sure of "Paris"
+    assert res.history[1]["forget"] < res.history[0]["forget"]  # one update moved the student towards the teacher
+    shift = compare_models(theta0, student, tok, forget)
+    assert shift.factual < 0  # the teacher is less sure of "Paris": so is the student now
 
 
 def test_validate_reports_a_gguf_source_and_refuses_a_missing_one(tiny, tmp_path, cache, tofu_dir, capsys):

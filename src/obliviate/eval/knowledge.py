@@ -274,17 +274,22 @@ def knowledge_metric_infos() -> dict[str, Any]:
 
 
 def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max_new_tokens: int = 24,
-                       batch_size: int = 32, max_eval: int | None = None, seed: int = 0) -> dict[str, Any]:
+                       batch_size: int = 32, max_eval: int | None = None, seed: int = 0,
+                       replies: dict[str, str] | None = None) -> dict[str, Any]:
     """Accuracy per group, fluency of the forget replies, MCQ accuracy (forget vs other) of one model.
 
-    `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole)."""
+    `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole). `replies`
+    (fact id -> greedy reply, e.g. the probe's replies of the same model) skips generating them again."""
     from obliviate.eval.fluency import fluency_summary
     from obliviate.eval.generate import generate_answers
 
     groups = {k: (v if k == "forget" or max_eval is None else v[:max_eval]) for k, v in split.groups().items()}
     facts = [f for g in groups.values() for f in g]
-    replies = generate_answers(model, tokenizer, [f.question for f in facts], max_new_tokens=max_new_tokens,
-                               batch_size=batch_size)
+    if replies is not None:
+        replies = [replies[f.id] for f in facts]  # type: ignore[assignment]
+    else:
+        replies = generate_answers(model, tokenizer, [f.question for f in facts], max_new_tokens=max_new_tokens,
+                                   batch_size=batch_size)
     out: dict[str, Any] = {"generations": {}}
     start = 0
     for name, fs in groups.items():
@@ -293,7 +298,7 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
         out[f"{name}_accuracy"], out["generations"][name] = accuracy(fs, r), r
     flu = fluency_summary(out["generations"]["forget"], tokenizer)
     out.update({f"forget_{k}": v for k, v in flu.items() if k != "n"})
-    out["all_degenerate_share"] = fluency_summary(replies, tokenizer)["degenerate_share"]
+    out["all_degenerate_share"] = fluency_summary(list(replies), tokenizer)["degenerate_share"]
     out["forget_generations"] = out["generations"]["forget"]
     pool = split.pool or [f for g in split.groups().values() for f in g]
     others = [f for k in ("neighbours", "retain", "heldout") for f in groups[k]]

@@ -85,9 +85,11 @@ def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> 
     """Token log-probs of `labels` under `logits`. logits [B, T, V], labels [B, T] -> TokenStats."""
     targets, mask = shift_labels(labels)
     shifted = logits[:, :-1, :]
-    logp = torch.gather(F.log_softmax(_wide(shifted), dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    log_probs = F.log_softmax(_wide(shifted), dim=-1)  # once: KL-type objectives reuse it via log_probs()
+    logp = torch.gather(log_probs, -1, targets.unsqueeze(-1)).squeeze(-1)
     logp = logp * mask
-    return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask, targets=targets)
+    return TokenStats(logits=shifted if keep_logits else None, token_logp=logp, mask=mask, targets=targets,
+                      _log_probs=log_probs if keep_logits else None)
 
 
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
