@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,30 +135,78 @@ def _student(model: Any, mc: ModelConfig) -> Any:
     return student
 
 
+def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
+    """The facts to probe; unknown families and bad methods fail here, before the model loads."""
+    from obliviate.errors import ConfigError
+    from obliviate.train.unlearn import resolve_method
+
+    facts = probe_facts(cfg.knowledge)
+    families = sorted({f.family for f in facts})
+    unknown = sorted(set(cfg.knowledge.forget_families) - set(families))
+    if unknown:
+        raise ConfigError(f"knowledge.forget_families: unknown families {unknown}; valid: {families}")
+    for method in cfg.method_configs({"tau": 2.0, "layers": None}).values():
+        resolve_method(method)  # unknown objectives, rules and hyper-parameters
+    return facts
+
+
+def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> tuple[dict | None, dict[str, Any]]:
+    """(calibration result, the τ/layers for `tau: auto`) — no sweep when no method asks for it."""
+    from obliviate.errors import ObliviateError
+
+    if not cfg.needs_calibration():
+        return None, {"tau": 2.0, "layers": None}
+    calibration = _calibration(model, tok, rows, cfg)
+    best = calibration["recommended"]
+    if best is None:
+        raise ObliviateError(f"calibration found no admissible tau/layers ({calibration['note']}); "
+                             "set a tau instead of auto or widen calibrate.taus")
+    return calibration, {"tau": best["tau"], "layers": best["layers"]}
+
+
+def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: MethodConfig,
+                          cfg: KnowledgeDemoConfig) -> dict[str, Any]:
+    """One method from θ0: train a student, evaluate it, analyse its forget answers."""
+    from obliviate.demo import _analysis
+    from obliviate.train.unlearn import unlearn
+
+    torch.manual_seed(cfg.seed)
+    student = _student(model, cfg.model)
+    forget_rows = split.train_rows("forget")
+    res = unlearn(student, tok, forget_rows, split.train_rows("retain"), method, cfg.unlearn, max_length=cfg.max_length)
+    student.eval()
+    kc = cfg.knowledge
+    return {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
+                                          max_eval=kc.max_eval, seed=cfg.seed),
+            "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
+            "seconds_per_step": res.seconds / max(1, len(res.history)),
+            "analysis": _analysis(model, student, tok, forget_rows, method, cfg.max_length)}
+
+
+def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
+    from obliviate.modeling.load import atomic_dir, write_json
+    from obliviate.report.html import write_html
+    from obliviate.report.markdown import write_report
+
+    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        _write_groups(out / "facts", split)
+        write_json(out / "results.json", results)
+        write_report(out / "report.md", results)
+        write_html(out / "report.html", results, title="obliviate: a pretrained model forgets facts it knows")
+
+
 def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
     """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
     from obliviate.commands import _load
-    from obliviate.demo import _analysis, _phases
+    from obliviate.demo import _phases
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.generate import generate_answers
-    from obliviate.modeling.load import atomic_dir, check_output_dir, write_json
-    from obliviate.report.html import write_html
-    from obliviate.report.markdown import calibration_table, console_table, write_report
-    from obliviate.train.unlearn import unlearn
+    from obliviate.modeling.load import check_output_dir
+    from obliviate.report.markdown import calibration_table, console_table
 
     t0 = time.perf_counter()
     check_output_dir(cfg.output_dir, cfg.overwrite)
-    kc = cfg.knowledge
-    facts = probe_facts(kc)  # bad fact files and unknown families fail before the model loads
-    unknown = sorted(set(kc.forget_families) - {f.family for f in facts})
-    if unknown:
-        from obliviate.errors import ConfigError
-
-        raise ConfigError(f"knowledge.forget_families: unknown families {unknown}; valid: {sorted({f.family for f in facts})}")
-    from obliviate.train.unlearn import resolve_method
-
-    for method in cfg.method_configs({"tau": 2.0, "layers": None}).values():
-        resolve_method(method)  # unknown objectives, rules and hyper-parameters fail before loading
+    kc, facts = cfg.knowledge, _checked_facts(cfg)
     phase = _phases(log)
     model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()
@@ -170,47 +218,26 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
                         retain_share=kc.retain_share, max_forget=kc.max_forget, seed=cfg.seed)
     phase(f"probed {len(facts)} facts: {sum(k for _, k, _ in probe)} known; forget {len(split.forget)}, neighbours "
           f"{len(split.neighbours)}, retain {len(split.retain)}, held out {len(split.heldout)}")
-    forget_rows, retain_rows = split.train_rows("forget"), split.train_rows("retain")
+    forget_rows = split.train_rows("forget")
     probe_replies = {f.id: r for f, r in zip(facts, replies)}  # θ0's greedy replies: no second generation
-    runs: dict[str, Any] = {"original": {"metrics": evaluate_knowledge(model, tok, split, max_new_tokens=kc.max_new_tokens,
-                                                                       batch_size=kc.batch_size, max_eval=kc.max_eval,
-                                                                       seed=cfg.seed, replies=probe_replies)}}
-    runs["original"]["analysis"] = {"attention_entropy": entropy_by_layer(model, tok, forget_rows, max_length=cfg.max_length)}
+    original = evaluate_knowledge(model, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
+                                  max_eval=kc.max_eval, seed=cfg.seed, replies=probe_replies)
+    runs: dict[str, Any] = {"original": {"metrics": original, "analysis": {
+        "attention_entropy": entropy_by_layer(model, tok, forget_rows, max_length=cfg.max_length)}}}
     phase("evaluated the original model")
-    calibration, auto = None, {"tau": 2.0, "layers": None}
-    if cfg.needs_calibration():
-        calibration = _calibration(model, tok, forget_rows, cfg)
-        best = calibration["recommended"]
-        if best is None:
-            from obliviate.errors import ObliviateError
-
-            raise ObliviateError(f"calibration found no admissible tau/layers ({calibration['note']}); "
-                                 "set a tau instead of auto or widen calibrate.taus")
-        auto = {"tau": best["tau"], "layers": best["layers"]}
-        phase(f"calibrated: tau={best['tau']:g}, layers={best['layers'] if best['layers'] is not None else 'all'}")
+    calibration, auto = _auto_setting(model, tok, forget_rows, cfg)
+    if calibration:
+        phase(f"calibrated: tau={auto['tau']:g}, layers={auto['layers'] if auto['layers'] is not None else 'all'}")
     for name, method in cfg.method_configs(auto).items():
-        torch.manual_seed(cfg.seed)
-        student = _student(model, cfg.model)
-        res = unlearn(student, tok, forget_rows, retain_rows, method, cfg.unlearn, max_length=cfg.max_length)
-        student.eval()
-        runs[name] = {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens,
-                                                    batch_size=kc.batch_size, max_eval=kc.max_eval, seed=cfg.seed),
-                      "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
-                      "seconds_per_step": res.seconds / max(1, len(res.history))}
-        runs[name]["analysis"] = _analysis(model, student, tok, forget_rows, method, cfg.max_length)
-        del student
-        phase(f"{name}: unlearned in {res.seconds:.1f} s ({len(res.history)} steps) and evaluated")
+        runs[name] = _unlearn_and_evaluate(model, tok, split, method, cfg)
+        phase(f"{name}: unlearned in {runs[name]['train_seconds']:.1f} s ({len(runs[name]['history'])} steps) and evaluated")
     results = {"config": to_dict(cfg), "kind": "knowledge", "runs": runs, "columns": [list(c) for c in KNOWLEDGE_COLUMNS],
                "note": NOTE, "probe": [list(p) for p in probe], "calibration": calibration,
                "groups": {k: [f.id for f in v] for k, v in split.groups().items()},
                "questions": [r.question for r in forget_rows], "answers": [r.answer for r in forget_rows],
                "seconds": time.perf_counter() - t0}
     results["extra_markdown"] = _extra_markdown(results, calibration_table(calibration) if calibration else None)
-    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        _write_groups(out / "facts", split)
-        write_json(out / "results.json", results)
-        write_report(out / "report.md", results)
-        write_html(out / "report.html", results, title="obliviate: a pretrained model forgets facts it knows")
+    _write_results(cfg, results, split)
     log(console_table(results))
     log(f"results: {Path(cfg.output_dir) / 'results.json'}, report.md and report.html ({results['seconds']:.0f} s)")
     return results
