@@ -1,47 +1,100 @@
-"""Write the method presets in configs/tofu/ and configs/synthetic/ (complete YAMLs, no includes).
+"""Write the method presets in configs/{tofu,synthetic,muse,wmdp}/ (complete YAMLs, no includes).
 
 Run from the repository root after changing a preset here: python scripts/make_presets.py
+Every preset's header names the reference (repository + file) its values come from. Hyper-parameters of a
+method (α, β, γ, δ, ...) are the published ones on every target; training schedules are the references' for
+TOFU, MUSE and WMDP, and the demo's own for the synthetic world (a from-scratch model, no reference).
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
 
-# name: (description, method section); METHODS.md §1-3 defaults, SAGO-paper weights for the rule presets
+OU = "locuslab/open-unlearning"
+CL = "sail-sg/closer-look-LLM-unlearning"
+SAGO = "sustech-nlp/SAGO"
+SIMPLE = "OPTML-Group/Unlearn-Simple"
+
+
+def _method(desc: str, method: dict, src: str, *, train: dict | None = None, train_src: str = "",
+            muse: dict | None = None, muse_src: str = "") -> dict:
+    """One named recipe: description, method section and its source, per-target training overrides and their
+    source, and the MUSE method section where MUSE's reference differs."""
+    return {"desc": desc, "method": method, "src": src, "train": train or {}, "train_src": train_src,
+            "muse": muse, "muse_src": muse_src}
+
+
+# name -> recipe. `train` maps a target to the training values that differ from that target's defaults.
 METHODS = {
-    "grad_ascent": ("GradAscent: gradient ascent on the forget set, no retain term", {"forget": "ga", "retain": None}),
-    "graddiff": ("GradDiff: gradient ascent + NLL on retain", {"forget": "ga", "retain": "nll"}),
-    "npo": ("NPO (beta 0.1) + NLL on retain", {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll"}),
-    "simnpo": ("SimNPO (beta 4.5, delta 0, gamma 0.125) + NLL on retain",
-               {"forget": "simnpo", "forget_args": {"beta": 4.5, "delta": 0.0}, "retain": "nll", "gamma": 0.125}),
-    "idk_dpo": ("IdkDPO: DPO with a refusal as the preferred answer + NLL on retain",
-                {"forget": "idk_dpo", "forget_args": {"beta": 0.1}, "retain": "nll"}),
-    "idk_ap": ("IDK+AP: NLL of a refusal + answer preservation on retain", {"forget": "idk", "retain": "ap"}),
-    "me_gd": ("ME+GD: maximum entropy on forget (gamma 0.1) + NLL on retain",
-              {"forget": "me", "retain": "nll", "gamma": 0.1}),
-    "undial": ("UNDIAL: self-distillation to reference logits with the gold token lowered (beta 10)",
-               {"forget": "undial", "forget_args": {"beta": 10.0}, "retain": None}),
-    "rmu": ("RMU: steer layer-L hidden states of forget text to c·u, keep retain hidden states (alpha 1200); "
-            "trains layers L-2..L only", {"forget": "rmu", "retain": "hidden_mse", "alpha": 1200.0}),
-    "asu_gd": ("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"}),
-    "asu_kl": ("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
-               {"forget": "asu", "retain": "kl"}),
-    "simnpo_sago": ("SimNPO+GD with SAGO (SAGO paper: alpha 0.1, gamma 1, beta 0.02)",
-                    {"forget": "simnpo", "forget_args": {"beta": 0.02, "delta": 0.0}, "retain": "nll",
-                     "alpha": 0.1, "gamma": 1.0, "combine": {"rule": "sago"}}),
-    "npo_pcgrad": ("NPO+GD with module-wise PCGrad (SAGO paper: alpha 1, gamma 0.1)",
-                   {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll", "alpha": 1.0, "gamma": 0.1,
-                    "combine": {"rule": "pcgrad"}}),
-    "asu_sago": ("ASU_GD with SAGO (retention first on conflicting coordinates)",
-                 {"forget": "asu", "retain": "nll", "combine": {"rule": "sago"}}),
+    "grad_ascent": _method("GradAscent: gradient ascent on the forget set, no retain term",
+                           {"forget": "ga", "retain": None}, f"{OU} configs/trainer/GradAscent.yaml"),
+    "graddiff": _method("GradDiff: gradient ascent + NLL on retain (alpha 1, gamma 1)",
+                        {"forget": "ga", "retain": "nll", "alpha": 1.0, "gamma": 1.0},
+                        f"{OU} configs/trainer/GradDiff.yaml"),
+    "npo": _method("NPO (beta 0.1) + NLL on retain (alpha 1, gamma 1)",
+                   {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll", "alpha": 1.0, "gamma": 1.0},
+                   f"{OU} configs/trainer/NPO.yaml"),
+    "simnpo": _method("SimNPO + NLL on retain",
+                      {"forget": "simnpo", "forget_args": {"beta": 4.5, "delta": 0.0}, "retain": "nll",
+                       "alpha": 1.0, "gamma": 0.125},
+                      f"{OU} configs/trainer/SimNPO.yaml (beta 4.5, delta 0, gamma 0.125, alpha 1)",
+                      muse={"forget": "simnpo", "forget_args": {"beta": 0.75, "delta": 3.0}, "retain": "nll",
+                            "alpha": 0.1, "gamma": 1.0},
+                      muse_src=f"{SIMPLE} MUSE/README.md, the News command (beta 0.75, gamma=delta 3, coeff=alpha "
+                               "0.1, npo_coeff=gamma 1)"),
+    "idk_dpo": _method("IdkDPO: DPO with a refusal as the preferred answer (beta 0.1) + NLL on retain",
+                       {"forget": "idk_dpo", "forget_args": {"beta": 0.1}, "retain": "nll", "alpha": 1.0,
+                        "gamma": 1.0}, f"{OU} configs/trainer/DPO.yaml"),
+    "idk_ap": _method("IDK+AP: NLL of a refusal + answer preservation on retain (AP beta 0.1)",
+                      {"forget": "idk", "retain": "ap", "retain_args": {"beta": 0.1}, "alpha": 1.0, "gamma": 1.0},
+                      f"{CL} scripts/tofu/idk_ap.sh, config/tofu.yaml (beta 0.1), trainer/losses.py",
+                      train={"tofu": {"epochs": 5, "warmup_ratio": 0.2}},
+                      train_src=f"5 epochs, warm-up 1 epoch: {CL} scripts/tofu/idk_ap.sh, forget.py"),
+    "me_gd": _method("ME+GD: maximum entropy on every forget token, prompt included (gamma 0.1) + NLL on retain",
+                     {"forget": "me", "forget_args": {"scope": "sequence"}, "retain": "nll", "alpha": 1.0,
+                      "gamma": 0.1},
+                     f"{CL} scripts/tofu/me_gd.sh (mask=false, forget_coeff 0.1, regularization_coeff 1)",
+                     train={"tofu": {"epochs": 5, "warmup_ratio": 0.2}},
+                     train_src=f"5 epochs, warm-up 1 epoch: {CL} scripts/tofu/me_gd.sh, forget.py"),
+    "undial": _method("UNDIAL: self-distillation to reference logits with the gold token lowered (beta 10), no retain "
+                      "term",
+                      {"forget": "undial", "forget_args": {"beta": 10.0}, "retain": None, "gamma": 1.0},
+                      f"{OU} configs/trainer/UNDIAL.yaml (beta 10, alpha 0, gamma 1)",
+                      train={t: {"lr": 1.0e-4, "batch_size": 2, "grad_accum": 8} for t in ("tofu", "muse")},
+                      train_src=f"lr 1e-4 and batch 2 x 8: {OU} configs/trainer/UNDIAL.yaml, "
+                                "community/methods/UNDIAL/README.md"),
+    "rmu": _method("RMU: steer layer-L hidden states of forget text to c*u (c 2), keep retain hidden states (alpha 1); "
+                   "every parameter trained",
+                   {"forget": "rmu", "retain": "hidden_mse", "alpha": 1.0, "gamma": 1.0},
+                   f"{OU} configs/trainer/RMU.yaml (steering_coeff 2, alpha 1, EMBED_DIFF, trainable .*)"),
+    "asu_gd": _method("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"},
+                      "ASU paper (arXiv 2603.01285), METHODS.md section 1; no public code"),
+    "asu_kl": _method("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
+                      {"forget": "asu", "retain": "kl"},
+                      "ASU paper (arXiv 2603.01285), METHODS.md section 1; no public code"),
+    "simnpo_sago": _method("SimNPO+GD with SAGO (beta 0.02, delta 0.1, alpha 0.1, gamma 1)",
+                           {"forget": "simnpo", "forget_args": {"beta": 0.02, "delta": 0.1}, "retain": "nll",
+                            "alpha": 0.1, "gamma": 1.0, "combine": {"rule": "sago"}},
+                           f"{SAGO} configs/experiment/unlearn/wmdp/SimNPO_sago_bio.yaml"),
+    "npo_pcgrad": _method("NPO+GD with module-wise PCGrad (alpha 1, gamma 0.1; beta 0.1)",
+                          {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll", "alpha": 1.0,
+                           "gamma": 0.1, "combine": {"rule": "pcgrad"}},
+                          f"alpha, gamma: {SAGO} configs/experiment/unlearn/wmdp/NPO_pcgrad_bio.yaml; beta: "
+                          f"{OU} configs/trainer/NPO.yaml (SAGO's 1e-4 is tuned to 512-token documents)"),
+    "asu_sago": _method("ASU_GD with SAGO (retention first on conflicting coordinates)",
+                        {"forget": "asu", "retain": "nll", "combine": {"rule": "sago"}},
+                        f"ASU paper (arXiv 2603.01285) with the rule of {SAGO}"),
 }
 
 TARGETS = {
     "tofu": {
         "note": "TOFU forget01 (local files) from the target of configs/tofu/finetune_target_tiny.yaml; for a "
-                "published TOFU model pass model.path=<hub id> eval.retain_model=<its retain99 twin>; "
-                "for the hub data pass data.source=locuslab/TOFU.",
+                "published TOFU model pass model.path=<hub id> eval.retain_model=<its retain99 twin> (and "
+                "RMU's layer, e.g. 7 of Llama-3.2-1B); for the hub data pass data.source=locuslab/TOFU.",
+        "train_src": f"{OU} configs/experiment/unlearn/tofu/default.yaml (warmup_epochs 1, weight_decay 0.01, "
+                     "10 epochs, lr 1e-5) and configs/trainer/finetune.yaml (batch 8 x 4, paged AdamW)",
         "model": {"path": "runs/tofu-target-tiny"},
         "data": {"source": "../shared/data/tofu", "forget_split": "forget01", "retain_split": "retain99",
                  "max_length": 256},
@@ -49,10 +102,11 @@ TARGETS = {
                   "warmup_ratio": 0.1, "weight_decay": 0.01},
         "eval": {"forget_split": "forget01_perturbed", "retain_model": "runs/tofu-retain99-tiny"},
         "asu_args": {"tau": 2.0, "layers": None},
-        "rmu_layer": 2, "rmu_coef": 2.0,  # the tiny 4-layer target; WMDP's 7B recipe: layer 7, c 6.5
+        "rmu_layer": 2,  # the tiny 4-layer target
     },
     "synthetic": {
         "note": "the demo's synthetic world and target model (run `obliviate demo` first); forget10 = 2 authors.",
+        "train_src": "the demo's own schedule for its from-scratch model (no reference)",
         "model": {"path": "obliviate-demo/models/target"},
         "data": {"source": "obliviate-demo/world", "forget_split": "forget10", "retain_split": "retain90",
                  "max_length": 96},
@@ -60,11 +114,13 @@ TARGETS = {
         "eval": {"forget_split": "forget10_perturbed", "retain_model": "obliviate-demo/models/retain",
                  "batch_size": 32},
         "asu_args": {"tau": 16.0, "layers": [0]},
-        "rmu_layer": 1, "rmu_coef": 2.0,  # the demo's 2-layer model
+        "rmu_layer": 1,  # the demo's 2-layer model
     },
     "muse": {
         "note": "MUSE-News raw text (hub; a local copy in the hub layout works too) from MUSE's target model; "
                 "evaluated with VerbMem / KnowMem / PrivLeak. Needs a GPU in practice (2048-token windows, 7B).",
+        "train_src": f"{OU} configs/experiment/unlearn/muse/default.yaml (10 epochs, lr 1e-5, constant, batch "
+                     "4 x 8) and configs/trainer/finetune.yaml (weight_decay 0)",
         "model": {"path": "muse-bench/MUSE-news_target"},
         "data": {"source": "muse-bench/MUSE-News", "forget_split": "raw/forget", "retain_split": "raw/retain1",
                  "max_length": 2048, "format": "text"},
@@ -73,40 +129,145 @@ TARGETS = {
         "eval": {"enabled": True},
         "muse": {"source": "muse-bench/MUSE-News", "retrain_model": "muse-bench/MUSE-news_retrain"},
         "asu_args": {"tau": 2.0, "layers": None},
-        "rmu_layer": 7, "rmu_coef": 6.5,
+        "rmu_layer": 7,
         "skip": ("idk_dpo", "idk_ap"),  # refusals answer questions; MUSE trains on raw text
     },
 }
 
 
+def _header(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
 def preset(name: str, target: str) -> tuple[str, dict]:
-    desc, method = METHODS[name]
-    t = TARGETS[target]
-    method = {**method}
+    """(header comment, config) of recipe `name` on `target`."""
+    recipe, t = METHODS[name], TARGETS[target]
+    on_muse = target == "muse" and recipe["muse"] is not None
+    method = dict(recipe["muse"] if on_muse else recipe["method"])
     if method["forget"] == "asu":
         method["forget_args"] = dict(t["asu_args"])
     if method["forget"] == "rmu":
-        method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": t["rmu_coef"]}
+        method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": 2.0, "trainable_params": [".*"]}
         method["retain_args"] = {"layer": t["rmu_layer"]}
-    cfg = {"model": t["model"], "data": t["data"], "method": method, "train": t["train"], "eval": t["eval"],
+    train = {**t["train"], **recipe["train"].get(target, {})}
+    cfg = {"model": t["model"], "data": t["data"], "method": method, "train": train, "eval": t["eval"],
            **({"muse": t["muse"]} if "muse" in t else {}), "output_dir": f"runs/{target}-{name}"}
-    header = (f"# {desc}.\n# On {t['note']}\n"
-              f"# Run from the repository root: obliviate unlearn --config configs/{target}/{name}.yaml\n")
+    train_src = t["train_src"] + (f"; {recipe['train_src']}" if target in recipe["train"] else "")
+    header = _header([f"{recipe['desc']}.", f"Source: {recipe['muse_src'] if on_muse else recipe['src']}.",
+                      f"Training: {train_src}.",
+                      f"On {t['note']}", f"Run from the repository root: obliviate unlearn --config "
+                                         f"configs/{target}/{name}.yaml"])
     return header, cfg
 
 
-def main() -> None:
-    root = Path(__file__).resolve().parents[1] / "configs"
+# ----------------------------------------------------------------------------- WMDP (SAGO's headline setting)
+
+WMDP_DIR = f"{SAGO} configs/experiment/unlearn/wmdp"
+# (method, rule, corpus) -> forget_args, alpha, gamma, max_steps, source file; SAGO's experiment configs.
+WMDP = {
+    ("simnpo", "sum", "bio"): ({"beta": 0.7, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_bio.yaml"),
+    ("simnpo", "sum", "cyber"): ({"beta": 0.75, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_cyber.yaml"),
+    ("simnpo", "pcgrad", "bio"): ({"beta": 0.02, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_pcgrad_bio.yaml"),
+    ("simnpo", "pcgrad", "cyber"): ({"beta": 1.0, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_pcgrad_cyber.yaml"),
+    ("simnpo", "sago", "bio"): ({"beta": 0.02, "delta": 0.1}, 0.1, 1.0, 150, "SimNPO_sago_bio.yaml"),
+    ("simnpo", "sago", "cyber"): ({"beta": 0.1, "delta": 0.1}, 0.1, 1.0, 200, "SimNPO_sago_cyber.yaml"),
+    ("npo", "sum", "bio"): ({"beta": 0.01}, 0.1, 1.0, 100, "NPO_bio.yaml"),
+    ("npo", "sum", "cyber"): ({"beta": 0.01}, 0.1, 1.0, 100, "NPO_cyber.yaml"),
+    ("npo", "pcgrad", "bio"): ({"beta": 0.0001}, 1.0, 0.1, 100, "NPO_pcgrad_bio.yaml"),
+    ("npo", "pcgrad", "cyber"): ({"beta": 0.005}, 0.1, 1.0, 100, "NPO_pcgrad_cyber.yaml"),
+    ("npo", "sago", "bio"): ({"beta": 0.0001}, 1.0, 0.1, 150, "NPO_sago_bio.yaml"),
+    ("npo", "sago", "cyber"): ({"beta": 0.001}, 0.1, 1.0, 300, "NPO_sago_cyber.yaml"),
+}
+# RMU: SAGO ran it with `sum` only (RMU_bio.yaml / RMU_cyber.yaml); the same values serve pcgrad and sago.
+RMU_ALPHA = {"bio": 2.5, "cyber": 1.0}
+WMDP_DATA = {  # SAGO reads data/wmdp/wmdp-corpora/<corpus>-{forget,retain}-corpus.jsonl
+    "bio": {"source": "data/wmdp/wmdp-corpora", "forget_split": "bio-forget-corpus",
+            "retain_split": "bio-retain-corpus"},
+    "cyber": {"source": "cais/wmdp-corpora", "forget_split": "cyber-forget-corpus/train",
+              "retain_split": "cyber-retain-corpus/train"},
+}
+WMDP_DATA_NOTE = {
+    "bio": "the bio forget corpus is gated (request it at wmdp.ai / hub cais/wmdp-bio-forget-corpus); put it and "
+           "cais/wmdp-corpora's bio-retain-corpus as JSONL ({\"text\": ...} a line) at data/wmdp/wmdp-corpora/"
+           "bio-{forget,retain}-corpus.jsonl, the layout SAGO and open-unlearning's setup_data.py use",
+    "cyber": "both corpora come from the hub (cais/wmdp-corpora, configs cyber-forget-corpus and "
+             "cyber-retain-corpus); a local copy works with data.source=data/wmdp/wmdp-corpora "
+             "data.forget_split=cyber-forget-corpus data.retain_split=cyber-retain-corpus",
+}
+
+
+def _memory(method: str, rule: str) -> str:
+    """A rough GPU-memory estimate for Zephyr-7B in bf16 (7.2B parameters, ~14.5 GB per full copy); not measured."""
+    if method == "rmu":
+        return "about 35 GB (estimate: weights and the frozen copy; RMU trains three 4096x14336 matrices)"
+    copies = 4 + (rule != "sum") + (method == "npo")  # weights, gradients, 2 AdamW moments, rule buffer, reference
+    return f"about {round(copies * 14.5 + 8, -1):.0f} GB (estimate: {copies} bf16 copies of 7.2B parameters + activations)"
+
+
+def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
+    """(header, config) of `method` with gradient rule `rule` on WMDP `corpus` (bio | cyber), Zephyr-7B."""
+    name = f"{method}_{rule}_{corpus}"
+    train = {"max_steps": 100, "batch_size": 2, "grad_accum": 16, "lr": 1.0e-5, "scheduler": "linear",
+             "warmup_ratio": 0.1, "weight_decay": 0.0, "max_grad_norm": 1.0}
+    if method == "rmu":
+        m = {"forget": "rmu", "forget_args": {"layer": 7, "steering_coef": 2.0, "trainable_params": "wmdp"},
+             "retain": "hidden_mse", "retain_args": {"layer": 7}, "alpha": RMU_ALPHA[corpus], "gamma": 1.0}
+        train.update(max_steps=80, lr=5.0e-5, scheduler="constant", warmup_ratio=0.0)
+        src = (f"{WMDP_DIR}/RMU_{corpus}.yaml (steering_coeff 2, alpha {RMU_ALPHA[corpus]}, layer 7, trainable "
+               "layers 5-7 mlp.down_proj, lr 5e-5, 80 steps, constant)")
+        if rule != "sum":
+            src += f"; SAGO has no RMU+{rule} config: the same values with rule {rule}"
+    else:
+        args, alpha, gamma, steps, file = WMDP[(method, rule, corpus)]
+        m = {"forget": method, "forget_args": dict(args), "retain": "nll", "alpha": alpha, "gamma": gamma}
+        train["max_steps"] = steps
+        src = f"{WMDP_DIR}/{file} (lr 1e-5, warmup_ratio 0.1, {steps} steps)"
+    if rule != "sum":
+        m["combine"] = {"rule": rule}
+    cfg = {"model": {"path": "HuggingFaceH4/zephyr-7b-beta", "dtype": "bfloat16"},
+           "data": {**WMDP_DATA[corpus], "max_length": 512, "format": "text"},
+           "method": m, "train": train, "eval": {"enabled": False}, "output_dir": f"runs/wmdp-{name}"}
+    label = {"rmu": "RMU", "npo": "NPO+GD", "simnpo": "SimNPO+GD"}[method]
+    rule_label = {"sum": "the plain sum", "pcgrad": "module-wise PCGrad", "sago": "SAGO"}[rule]
+    header = _header([
+        f"{label} with {rule_label} on WMDP-{corpus} (Zephyr-7B-beta; SAGO's headline setting).",
+        f"Source: {src}.",
+        f"Global batch 32 ({SAGO} scripts/wmdp_unlearn.sh, wmdp_baselines.sh); weight_decay 0 "
+        f"({SAGO} configs/trainer/finetune.yaml); 512-token windows ({OU} configs/data/datasets/WMDP_forget.yaml).",
+        f"Data: {WMDP_DATA_NOTE[corpus]}.",
+        f"One GPU: {_memory(method, rule)}.",
+        f"Run from the repository root: obliviate unlearn --config configs/wmdp/{name}.yaml",
+        f"Then: obliviate eval --benchmark mcq --model runs/wmdp-{name} --data cais/wmdp --split wmdp-{corpus} "
+        f"--out runs/wmdp-{name}-eval-{corpus} model.dtype=bfloat16",
+        f"and MMLU: obliviate eval --benchmark mcq --model runs/wmdp-{name} --data cais/mmlu --split all "
+        f"--out runs/wmdp-{name}-eval-mmlu model.dtype=bfloat16 (SAGO: lm-eval mmlu 5-shot; ours is zero-shot).",
+    ])
+    return header, cfg
+
+
+def wmdp_names() -> list[tuple[str, str, str]]:
+    return [(m, r, c) for m in ("rmu", "npo", "simnpo") for r in ("sum", "pcgrad", "sago") for c in ("bio", "cyber")]
+
+
+def write(path: Path, header: str, cfg: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None), encoding="utf-8")
+
+
+def main(root: Path | None = None) -> int:
+    """Write every preset under `root` (default: the repository's configs/); returns how many."""
+    root = root or Path(__file__).resolve().parents[1] / "configs"
+    count = 0
     for target in TARGETS:
         for name in METHODS:
-            if name in TARGETS[target].get("skip", ()):
-                continue
-            header, cfg = preset(name, target)
-            path = root / target / f"{name}.yaml"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None))
-    print(f"wrote {sum(len(METHODS) - len(t.get('skip', ())) for t in TARGETS.values())} presets")
+            if name not in TARGETS[target].get("skip", ()):
+                write(root / target / f"{name}.yaml", *preset(name, target))
+                count += 1
+    for key in wmdp_names():
+        write(root / "wmdp" / f"{'_'.join(key)}.yaml", *wmdp_preset(*key))
+        count += 1
+    return count
 
 
 if __name__ == "__main__":
-    main()
+    print(f"wrote {main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)} presets")

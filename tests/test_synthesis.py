@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from obliviate.registry import UnknownNameError
 from obliviate.synthesis import RULES, RuleState, combine, per_module_stats, stats
 
-ALL_RULES = ["blur", "gru", "pcgrad", "pcgrad_global", "sago", "sago_retain", "sum"]
+ALL_RULES = ["blur", "gru", "gru_ema", "pcgrad", "pcgrad_global", "sago", "sago_retain", "sum"]
+STATEFUL = ("gru", "gru_ema")
 SETTINGS = settings(max_examples=50, deadline=None)
 
 
@@ -21,8 +22,8 @@ def t(*xs: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def run(rule, f, r, alpha=0.5, gamma=2.0, state=None):
-    """Call a rule directly, giving gru a fresh state unless one is passed."""
-    if rule == "gru" and state is None:
+    """Call a rule directly, giving gru / gru_ema a fresh state unless one is passed."""
+    if rule in STATEFUL and state is None:
         state = RuleState()
     return RULES.get(rule)(f, r, alpha=alpha, gamma=gamma, state=state)
 
@@ -92,10 +93,46 @@ def test_blur_projects_even_without_conflict():
     close(run("blur", [t(1, 0)], [t(1, 1)]), [[2.0, 0.5]])
 
 
-def test_gru_two_steps_by_hand():
+def test_gru_authors_two_steps_by_hand():
+    # The authors' GRU (open-unlearning gru.py): ema = 0.8·g_r + 0.2·ema_prev from ema = 0; only the
+    # rectified g_f is written (times γ = 2 here); α = 0.5 must not appear anywhere.
+    state = RuleState()
+    # step 1: ema = 0.8·[-1,1,3] = [-0.8, 0.8, 2.4]; <g_f,ema> = -0.8 - 1.6 = -2.4 < 0, ||ema||² = 7.04
+    # g_f' = g_f + (2.4/7.04)·ema = g_f + (3/11)·g_r = [8/11, -19/11, 9/11]; g = 2·g_f' = [16/11, -38/11, 18/11]
+    close(run("gru", F, R, state=state), [[16 / 11, -38 / 11, 18 / 11]])
+    close(state.ema, [[-0.8, 0.8, 2.4]])
+    # step 2, g_r = [1,1,-1]: ema = 0.8·[1,1,-1] + 0.2·[-0.8,0.8,2.4] = [0.64, 0.96, -0.32]
+    # <g_f,ema> = 0.64 - 1.92 = -1.28, ||ema||² = 0.4096 + 0.9216 + 0.1024 = 1.4336, k = 1.28/1.4336 = 25/28
+    # g_f' = [1 + 0.64·25/28, -2 + 0.96·25/28, -0.32·25/28] = [11/7, -8/7, -2/7]; g = [22/7, -16/7, -4/7]
+    close(run("gru", F, [t(1, 1, -1)], state=state), [[22 / 7, -16 / 7, -4 / 7]], tol=1e-5)
+    close(state.ema, [[0.64, 0.96, -0.32]])
+    assert state.step == 2
+
+
+def test_gru_authors_has_no_epsilon():
+    # scaled by 1e-6 the projection is scale-free: g = 1e-6·[16/11, -38/11, 18/11] exactly as at scale 1;
+    # with ε = 1e-10 added to ||ema||² = 7.04e-12 the coefficient would shrink to ~7% of its value
+    f, r = [t(1e-6, -2e-6, 0, dtype=torch.float64)], [t(-1e-6, 1e-6, 3e-6, dtype=torch.float64)]
+    out = run("gru", f, r)
+    torch.testing.assert_close(out[0], torch.tensor([16 / 11, -38 / 11, 18 / 11], dtype=torch.float64) * 1e-6,
+                               rtol=1e-12, atol=0)
+
+
+def test_gru_authors_keeps_a_decayed_ema_for_parameters_without_gradient():
+    # The authors store zeros for a parameter without gradient: its EMA decays by 0.2 and still projects.
+    state = RuleState()
+    run("gru", [t(1, -2, 0), t(1)], [t(-1, 1, 3), t(-1)], state=state)  # ema = [0.8·g_r], [-0.8]
+    out = run("gru", [t(1, -2, 0), None], [t(1, 1, -1), None], state=state)
+    # ema = [0.64, 0.96, -0.32], [0.2·-0.8 = -0.16]; <g_f,ema> = -1.28 + 0; ||ema||² = 1.4336 + 0.0256 = 1.4592
+    # k = 1.28/1.4592 = 50/57: g_f' = [1 + 32/57, -2 + 48/57, -16/57], [0 - 0.16·50/57 = -8/57]; g = 2·g_f'
+    close(out, [[178 / 57, -132 / 57, -32 / 57], [-16 / 57]], tol=1e-5)
+    close([state.ema[1]], [[-0.16]])
+
+
+def test_gru_ema_two_steps_by_hand():
     state = RuleState()
     # step 1: ema = g_r (first value seen), so it equals pcgrad on the running example
-    close(run("gru", F, R, state=state), [[21 / 22, -65 / 22, 69 / 22]])
+    close(run("gru_ema", F, R, state=state), [[21 / 22, -65 / 22, 69 / 22]])
     assert state.step == 1
     # step 2 with g_r = [1,1,-1]: ema = 0.8·[-1,1,3] + 0.2·[1,1,-1] = [-0.6, 1.0, 2.2] (updated first)
     # <g_f,ema> = -0.6 - 2 + 0 = -2.6 < 0, ||ema||² = 0.36 + 1 + 4.84 = 6.2
@@ -103,7 +140,7 @@ def test_gru_two_steps_by_hand():
     k = 2.6 / 6.2
     gf = [1 - 0.6 * k, -2 + 1.0 * k, 2.2 * k]
     want = [2 * gf[0] + 0.5, 2 * gf[1] + 0.5, 2 * gf[2] - 0.5]
-    close(run("gru", F, [t(1, 1, -1)], state=state), [want], tol=1e-5)
+    close(run("gru_ema", F, [t(1, 1, -1)], state=state), [want], tol=1e-5)
     close(state.ema, [[-0.6, 1.0, 2.2]], tol=1e-6)
     assert state.step == 2
 
@@ -111,20 +148,26 @@ def test_gru_two_steps_by_hand():
 def test_gru_ema_makes_it_differ_from_pcgrad():
     # g_f = g_r = [1,0,0] at step 2 does not conflict now, but the EMA still remembers step 1
     state = RuleState()
-    run("gru", [t(1, 0, 0)], [t(-1, 0, 0)], state=state)  # ema = [-1,0,0]
-    out = run("gru", [t(1, 0, 0)], [t(1, 0, 0)], state=state)  # ema = [-0.6,0,0]: <g_f,ema> < 0
+    run("gru_ema", [t(1, 0, 0)], [t(-1, 0, 0)], state=state)  # ema = [-1,0,0]
+    out = run("gru_ema", [t(1, 0, 0)], [t(1, 0, 0)], state=state)  # ema = [-0.6,0,0]: <g_f,ema> < 0
     # g_f' = [1,0,0] - (-0.6/0.36)·[-0.6,0,0] = [0,0,0]; g = 0.5·[1,0,0]
     close(out, [[0.5, 0.0, 0.0]])
     close(run("pcgrad", [t(1, 0, 0)], [t(1, 0, 0)]), [[2.5, 0.0, 0.0]])
+    # the authors' gru at the same two steps: ema = 0.8·[1,0,0] + 0.2·0.8·[-1,0,0] = [0.64,0,0], no conflict:
+    # g = γ·g_f = [2,0,0]
+    authors = RuleState()
+    run("gru", [t(1, 0, 0)], [t(-1, 0, 0)], state=authors)
+    close(run("gru", [t(1, 0, 0)], [t(1, 0, 0)], state=authors), [[2.0, 0.0, 0.0]])
 
 
-def test_gru_without_state_is_an_error():
+@pytest.mark.parametrize("rule", STATEFUL)
+def test_gru_without_state_is_an_error(rule):
     with pytest.raises(ValueError, match="RuleState"):
-        combine("gru", F, R, alpha=1.0, gamma=1.0)
+        combine(rule, F, R, alpha=1.0, gamma=1.0)
 
 
 def test_unknown_rule_lists_valid_names():
-    with pytest.raises(UnknownNameError, match="valid names: blur, gru, pcgrad"):
+    with pytest.raises(UnknownNameError, match="valid names: blur, gru, gru_ema, pcgrad"):
         combine("sagoo", F, R, alpha=1.0, gamma=1.0)
     _, s = combine("SAGO", F, R, alpha=1.0, gamma=1.0)  # lookup is case-insensitive
     assert set(s) == {"cos_f_r", "cos_g_f", "cos_g_r", "conflict_share"}
@@ -149,11 +192,12 @@ def test_length_and_shape_mismatch(rule):
         run(rule, [t(1), t(1, 2)], [t(1), t(1, 2, 3)])
 
 
-def test_gru_state_length_mismatch():
+@pytest.mark.parametrize("rule", STATEFUL)
+def test_gru_state_length_mismatch(rule):
     state = RuleState()
-    run("gru", F, R, state=state)
+    run(rule, F, R, state=state)
     with pytest.raises(ValueError, match="gru state holds 1"):
-        run("gru", F + F, R + R, state=state)
+        run(rule, F + F, R + R, state=state)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
@@ -164,21 +208,22 @@ def test_dtype_kept_and_no_aliasing(rule, dtype):
     out = run(rule, f, r, state=state)
     assert out[0].dtype == dtype
     assert out[0].data_ptr() not in {f[0].data_ptr(), r[0].data_ptr()}
-    if rule == "gru":  # EMA kept in >= float32 and never a view of the caller's gradient
+    if rule in STATEFUL:  # EMA kept in >= float32 and never a view of the caller's gradient
         assert state.ema[0].dtype == torch.promote_types(dtype, torch.float32)
         assert state.ema[0].data_ptr() != r[0].data_ptr()
 
 
-def test_rule_state_round_trip():
+@pytest.mark.parametrize("rule", STATEFUL)
+def test_rule_state_round_trip(rule):
     a, b = RuleState(), RuleState()
     g_r2 = [t(1, 1, -1), None]
-    run("gru", F + [None], R + [None], state=a)
+    run(rule, F + [None], R + [None], state=a)
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     buf.seek(0)
     b.load_state_dict(torch.load(buf, weights_only=True))
     assert b.step == 1 and b.ema[1] is None and torch.equal(b.ema[0], a.ema[0])
-    out_a, out_b = run("gru", F + [None], g_r2, state=a), run("gru", F + [None], g_r2, state=b)
+    out_a, out_b = run(rule, F + [None], g_r2, state=a), run(rule, F + [None], g_r2, state=b)
     assert torch.equal(out_a[0], out_b[0]) and out_a[1] is None and out_b[1] is None
     with pytest.raises(ValueError, match="keys"):
         RuleState().load_state_dict({"ema": None})
@@ -275,9 +320,17 @@ def test_blur_makes_retain_orthogonal_to_forget(fr):
 def test_rules_equal_sum_without_conflict(fr, alpha, gamma):
     f, r = fr
     want = run("sum", f, r, alpha, gamma)
-    for rule in ["sago_retain", "pcgrad", "pcgrad_global", "gru"]:  # gru with a fresh state
+    for rule in ["sago_retain", "pcgrad", "pcgrad_global", "gru_ema"]:  # gru_ema with a fresh state
         for g, w in zip(run(rule, f, r, alpha, gamma), want):
             assert torch.equal(g, w), rule
+
+
+@SETTINGS
+@given(grad_lists(aligned=True), WEIGHT, WEIGHT)
+def test_gru_without_conflict_is_the_scaled_forget_gradient(fr, alpha, gamma):
+    f, r = fr  # the authors' update is γ·g_f when nothing conflicts: g_r is never added
+    for g, gf in zip(run("gru", f, r, alpha, gamma), f):
+        assert torch.allclose(g.double(), gamma * gf.double(), rtol=1e-6, atol=1e-7)
 
 
 @SETTINGS

@@ -147,7 +147,12 @@ def _load_data(source: str, fmt: str, splits: list) -> list:
     if fmt == "text":
         from obliviate.data.text import load_texts
 
-        return [t for s in splits for t in load_texts(source, str(s))]
+        skipped: list[str] = []  # empty documents (MUSE-News raw/forget.json item 821) are left out, counted
+        docs = [t for s in splits for t in load_texts(source, str(s), skipped=skipped)]
+        if skipped:
+            print(f"skipped {len(skipped)} empty document(s): {', '.join(skipped[:5])}"
+                  + (" ..." if len(skipped) > 5 else ""))
+        return docs
     return [r for s in splits for r in load_split(source, str(s))]
 
 

@@ -69,7 +69,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class CombineConfig:
-    rule: str = _f("sum", "gradient rule: sum | sago | sago_retain | pcgrad | pcgrad_global | blur | gru")
+    rule: str = _f("sum", "gradient rule: sum | sago | sago_retain | pcgrad | pcgrad_global | blur | gru | gru_ema")
     separate_backward: bool | None = _f(None, "forget and retain backward separately (always for rules "
                                               "other than sum; null = only when the rule needs it)")
     module_stats: bool = _f(False, "log gradient-geometry statistics per parameter tensor too")
@@ -143,11 +143,23 @@ class EvalConfig:
                                      "sentence-embedding model (hub id or local path) for Cosine Similarity")
     nli_model: str | None = _f("sileod/deberta-v3-base-tasksource-nli", "NLI model (hub id or local path) for "
                                                                         "the Entailment Score")
+    protocol: str = _f("tofu", "tofu: every row, max_new_tokens new tokens per answer | closer_look: as the "
+                               "closer-look authors run it (sail-sg/closer-look-LLM-unlearning config/tofu.yaml: "
+                               "ds_size 300, generation max_length 200): the first 300 rows of each split (fewer "
+                               "with max_examples), at most 200 tokens of prompt + answer per generation (and per "
+                               "scored sequence), and FE/MU on (as closer_look=true)")
+    token_rule: str = _f("open_unlearning", "tokens of extraction strength, exact memorisation, Min-K% and Min-K%++ "
+                                            "| open_unlearning: without the answer's last token (EOS), as that "
+                                            "framework scores them (ES >= 1/N) | all_tokens: every answer token "
+                                            "avg_loss counts, EOS included (ES 0 when the last is wrong)")
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
         _require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
         _require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
+        _require(self.protocol in ("tofu", "closer_look"), "eval.protocol", self.protocol, "tofu or closer_look")
+        _require(self.token_rule in ("open_unlearning", "all_tokens"), "eval.token_rule", self.token_rule,
+                 "open_unlearning or all_tokens")
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,24 @@ class MuseEvalConfig:
     knowmem_max_new_tokens: int = _f(32, "KnowMem answer length (MUSE: 32)")
     batch_size: int = _f(8, "evaluation batch size")
     max_examples: int | None = _f(None, "first N items of each part")
+    privleak_window: int | None = _f(None, "tokens per forward pass of PrivLeak's Min-K% (null: the model's "
+                                           "max_position_embeddings); MUSE's code scores each whole document in one "
+                                           "pass, so longer documents are scored in overlapping windows")
+    privleak_stride: int | None = _f(None, "step between those windows (null: window // 2); every token after BOS "
+                                           "is scored once, with >= window - stride tokens of context")
+    privleak_max_tokens: int | None = _f(None, "score only the first N tokens (BOS included) of each PrivLeak "
+                                               "document (quick looks); null: whole documents, as MUSE")
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "verbmem_max_new_tokens", "knowmem_max_new_tokens"):
+            _require(getattr(self, key) >= 1, f"muse.{key}", getattr(self, key), ">= 1")
+        for key, low in (("max_examples", 1), ("privleak_window", 2), ("privleak_stride", 1),
+                         ("privleak_max_tokens", 2)):
+            value = getattr(self, key)
+            _require(value is None or value >= low, f"muse.{key}", value, f">= {low} or null")
+        _require(self.privleak_stride is None or self.privleak_window is None
+                 or self.privleak_stride < self.privleak_window, "muse.privleak_stride", self.privleak_stride,
+                 f"< muse.privleak_window ({self.privleak_window}) so windows overlap")
 
 
 @dataclass(frozen=True)

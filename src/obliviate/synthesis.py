@@ -10,7 +10,7 @@ keeps a step's synthesis a small fraction of a backward pass (benchmarks/sago_ov
 
 Sharding (FSDP/ZeRO): `sum`, `sago` and `sago_retain` are elementwise, so they are exact on a
 shard of the gradients. `pcgrad` needs a dot product over each whole parameter tensor (shard-local
-only if tensors are not split), and `pcgrad_global`, `blur` and `gru` need global dot products and
+only if tensors are not split), and `pcgrad_global`, `blur`, `gru` and `gru_ema` need global dot products and
 norms: under sharding those scalars need an all-reduce (not done here; the loop owns distribution).
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ from torch import Tensor
 
 from obliviate.registry import Registry
 
-EPS = 1e-10  # added to squared norms in every projection (METHODS.md §2)
-GRU_MOMENTUM = 0.8  # ema <- 0.8·ema + 0.2·g_r
+EPS = 1e-10  # added to squared norms in every projection (METHODS.md §2), except gru's (its authors add none)
+GRU_MOMENTUM = 0.8  # gru_ema: ema <- 0.8·ema + 0.2·g_r
+GRU_GAMMA = 0.8  # gru (authors' gamma_gru): ema <- 0.8·g_r + 0.2·ema, from ema = 0
 
 Grads = list[Optional[Tensor]]
 Pair = Optional[tuple[Tensor, Tensor]]  # (g_f, g_r), or None when both are absent
@@ -33,7 +34,7 @@ Pair = Optional[tuple[Tensor, Tensor]]  # (g_f, g_r), or None when both are abse
 
 @dataclass
 class RuleState:
-    """Per-run state of the stateful rules (the gru EMA of g_r); part of the checkpoint."""
+    """Per-run state of the stateful rules (the gru / gru_ema EMA of g_r); part of the checkpoint."""
 
     ema: Optional[list[Optional[Tensor]]] = None  # one entry per parameter, None until first seen
     step: int = 0  # number of gru updates applied
@@ -202,44 +203,87 @@ def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: 
     return _map(pairs, lambda _, f, r: gamma * f + alpha * (r - coef * f))
 
 
-def _update_ema(state: RuleState, pairs: list[Pair]) -> None:
-    """ema ← 0.8·ema + 0.2·g_r per [*shape_i] entry (float64, stored ≥ float32); first seen: ema = g_r."""
+def _update_ema(state: RuleState, pairs: list[Pair], current: float, first_is_g_r: bool) -> None:
+    """ema ← current·g_r + (1−current)·ema per [*shape_i] entry (float64, stored ≥ float32).
+
+    first_is_g_r: a fresh entry starts at g_r (gru_ema); else at 0, and an entry without gradient
+    decays as if g_r were 0 (gru: the authors' code stores zeros for parameters without gradient).
+    """
     prev = state.ema if state.ema is not None else [None] * len(pairs)
     if len(prev) != len(pairs):
         raise ValueError(f"gru state holds {len(prev)} EMA tensors but got {len(pairs)} gradients")
     new: list[Optional[Tensor]] = []
     for i, (e, p) in enumerate(zip(prev, pairs)):
         if p is None:
-            new.append(e)  # no gradient this step: keep the old average untouched
+            new.append(e if first_is_g_r or e is None else ((1 - current) * e.double()).to(e.dtype))
             continue
         r = p[1]
         if e is not None and e.shape != r.shape:
             raise ValueError(f"gru EMA {i} has shape {tuple(e.shape)}, gradient has {tuple(r.shape)}")
-        avg = r.double() if e is None else (
-            GRU_MOMENTUM * e.to(r.device, torch.float64) + (1 - GRU_MOMENTUM) * r.double())
-        # copy on the first step: for float64 grads avg would alias the caller's g_r
-        new.append(avg.to(torch.promote_types(r.dtype, torch.float32), copy=e is None))
+        if e is None:
+            avg = r.double() if first_is_g_r else current * r.double()
+        else:
+            avg = current * r.double() + (1 - current) * e.to(r.device, torch.float64)
+        # copy on a g_r start: for float64 grads avg would alias the caller's g_r
+        new.append(avg.to(torch.promote_types(r.dtype, torch.float32), copy=e is None and first_is_g_r))
     state.ema = new
     state.step += 1
+
+
+def _project_off(pairs: list[Pair], ema: list[Optional[Tensor]], eps: float) -> float:
+    """Coefficient k of g_f ← g_f − k·ema: ⟨g_f,ema⟩/(‖ema‖²+eps) when ⟨g_f,ema⟩ < 0, else 0 (float64)."""
+    dot = _dot(_side(pairs, 0), ema)
+    return dot / (_dot(ema, ema) + eps) if dot < 0 else 0.0
+
+
+def _need_state(rule: str, state: Optional[RuleState]) -> RuleState:
+    if state is None:
+        raise ValueError(f"rule '{rule}' keeps an EMA of the retain gradient: pass state=RuleState() and keep it")
+    return state
 
 
 @RULES.register("gru")
 def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
              state: Optional[RuleState] = None) -> Grads:
-    """GRU: ema of g_r; if ⟨g_f,ema⟩ < 0, g_f ← g_f − ⟨g_f,ema⟩/(‖ema‖²+ε)·ema; g = γ·g_f + α·g_r.
+    """GRU as its authors' code (Wang et al. 2025, open-unlearning src/trainer/unlearn/gru.py): g = γ·g_f'.
 
-    Choices: the EMA takes this step's g_r BEFORE the conflict test (so a fresh state acts like
-    pcgrad_global with ema = g_r); the first value seen starts the EMA (no zero start, no bias
-    correction). The EMA is kept in at least float32 on the gradient's device. Mutates `state`
-    (ema, step), its only side effect. Global scalars: needs an all-reduce if sharded.
+    ema ← 0.8·g_r + 0.2·ema (ema starts at 0: the CURRENT retain gradient weighs 0.8); if
+    ⟨g_f,ema⟩ < 0, g_f' = g_f − ⟨g_f,ema⟩/‖ema‖²·ema (no ε), else g_f' = g_f. Only the rectified
+    forget gradient is written: g_r enters through the projection alone, so α is unused (the
+    authors' trainer has no weights: γ = 1 there). Projection in float64; mutates `state`.
     """
-    if state is None:
-        raise ValueError("rule 'gru' keeps an EMA of the retain gradient: pass state=RuleState() and keep it")
+    state = _need_state("gru", state)
     pairs = _align(forget_grads, retain_grads)
-    _update_ema(state, pairs)
+    _update_ema(state, pairs, GRU_GAMMA, first_is_g_r=False)
     ema = list(state.ema or [])
-    dot = _dot(_side(pairs, 0), ema)
-    coef = dot / (_dot(ema, ema) + EPS) if dot < 0 else 0.0
+    pairs = [(torch.zeros_like(e), torch.zeros_like(e)) if p is None and e is not None else p
+             for p, e in zip(pairs, ema)]  # the authors' zeros: a decayed EMA still projects there
+    coef = _project_off(pairs, ema, 0.0)
+
+    def fn(i: int, f: Tensor, r: Tensor) -> Tensor:
+        e = ema[i]
+        if coef != 0.0 and e is not None:
+            f = f - coef * e.to(f.device, torch.float64)
+        return gamma * f
+
+    return _map(pairs, fn)
+
+
+@RULES.register("gru_ema")
+def rule_gru_ema(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
+                 state: Optional[RuleState] = None) -> Grads:
+    """obliviate's earlier GRU reading: ema ← 0.8·ema + 0.2·g_r; project g_f off ema; g = γ·g_f' + α·g_r.
+
+    Differs from `gru` (the authors' code) in three ways: the EMA keeps 0.8 of the PAST average and
+    starts at the first g_r (no zero start), the projection adds ε to ‖ema‖², and α·g_r is added to
+    the update. The EMA takes this step's g_r BEFORE the conflict test (a fresh state acts like
+    pcgrad_global). EMA kept in at least float32; mutates `state`. Needs an all-reduce if sharded.
+    """
+    state = _need_state("gru_ema", state)
+    pairs = _align(forget_grads, retain_grads)
+    _update_ema(state, pairs, 1 - GRU_MOMENTUM, first_is_g_r=True)
+    ema = list(state.ema or [])
+    coef = _project_off(pairs, ema, EPS)
 
     def fn(i: int, f: Tensor, r: Tensor) -> Tensor:
         e = ema[i]
@@ -324,7 +368,7 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
     """`combine`, streamed: output i goes to `write(i, g_i)` and inputs i are released (set to None).
 
     For per-tensor rules this bounds memory to the two input gradient sets plus ONE tensor (the
-    loop writes g_i into .grad as it comes); global rules (pcgrad_global, blur, gru) need every
+    loop writes g_i into .grad as it comes); global rules (pcgrad_global, blur, gru, gru_ema) need every
     output before any is written, so they hold one more full copy while combining. The lists are
     the caller's own buffers and are emptied. Returns the stats dict of `combine`.
     """

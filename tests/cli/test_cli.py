@@ -88,7 +88,7 @@ def test_bad_inputs_exit_2_with_clear_message_and_no_output(world_dir, target_di
     out = tmp_path / "never"
     base = ["unlearn", f"model.path={target_dir}", f"data.source={world_dir}", "train.progress=false", f"output_dir={out}"]
     _fails(base + ["method.forget=gradient_ascent"], capsys, "valid names: asu, dpo, ga")
-    _fails(base + ["method.forget_args={beta2: 1}"], capsys, "valid keys: ['layers', 'tau']")
+    _fails(base + ["method.forget_args={beta2: 1}"], capsys, "valid keys: ['layers', 'reduction', 'tau']")
     _fails(base + ["train.lrr=1"], capsys, "unknown key(s) ['train.lrr']")
     _fails(base + ["data.forget_split=nope"], capsys, "no split 'nope'")
     _fails(base + ["data.retain_split=full"], capsys, "also appear in the retain set")

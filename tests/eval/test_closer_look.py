@@ -25,6 +25,7 @@ from obliviate.eval.closer_look import (
     load_closer_look_models,
     model_utility_mu,
     nli_pairs,
+    partial_aggregates,
 )
 from obliviate.eval.tofu import (
     SplitResult,
@@ -145,28 +146,56 @@ def _rows(world, n: int = 3) -> dict:
             "world_facts": world.splits["world_facts_perturbed"][:n]}
 
 
-def test_unloadable_models_are_omitted_and_labelled(tmp_path, small_world, small_tok):
+def test_partial_aggregates_never_use_the_full_names():
+    # complete: FE 0.6 and MU 3/7 (hand values above) under their names, no *_partial
+    out, notes = partial_aggregates(_values())
+    assert out["fe"] == pytest.approx(0.6) and out["mu"] == pytest.approx(3 / 7) and notes == []
+    assert out["fe_partial"] is None and out["mu_partial"] is None and out["fe_complete"] and out["mu_complete"]
+    # no embedding and no NLI model: cosine and entailment missing on every split
+    gone = {f"{s}_{p}": None for s in ("forget", "retain", "real_authors", "world_facts")
+            for p in ("cosine_similarity", "entailment_score")}
+    out, notes = partial_aggregates(_values(**gone))
+    assert out["fe"] is None and out["mu"] is None and not out["fe_complete"] and not out["mu_complete"]
+    # FE over rouge 0.2, prob 0.3, truth ratio 0.4: 1 - 0.3 = 0.7
+    assert out["fe_partial"] == pytest.approx(0.7) and len(out["fe_components"]) == 3
+    # MU over 4 numbers x 3 splits: 12 / (4/0.5 + 4/1 + 4/0.25) = 12 / 28 = 3/7
+    assert out["mu_partial"] == pytest.approx(3 / 7) and len(out["mu_components"]) == 12
+    assert notes[0].startswith("mu is null (incomplete): mu_partial is over 12 of 18 numbers; left out: ")
+    assert notes[1] == ("fe is null (incomplete): fe_partial is over 3 of 5 numbers; left out: "
+                        "forget_cosine_similarity, forget_entailment_score")
+    assert CLOSER_LOOK_METRICS["fe_partial"].higher_is_better and "NOT" in CLOSER_LOOK_METRICS["mu_partial"].description
+
+
+def test_unloadable_models_are_omitted_and_labelled(tmp_path, small_world):
     splits = _rows(small_world)
     results = {k: _fake(k, 3, perturbed=k != "world_facts") for k in splits}
     missing = str(tmp_path / "no_such_model")
     models = load_closer_look_models(embedding=missing, nli=None)
     assert "embedding" in models.failures and models.get("embedding") is None
-    out = evaluate_closer_look(None, small_tok, splits, models=models, tofu_results=results)
+    # tokenizer None: Token Entropy over whitespace words; "answer number i of <split>" has 5 distinct -> 1.0
+    out = evaluate_closer_look(None, None, splits, models=models, tofu_results=results)
     for s in splits:
         assert out[f"{s}_cosine_similarity"] is None and out[f"{s}_entailment_score"] is None
-        assert out[f"{s}_rougeL_recall"] == pytest.approx(0.5)
+        assert out[f"{s}_rougeL_recall"] == pytest.approx(0.5)  # mean of linspace(0, 1, 3)
+        assert out[f"{s}_token_entropy"] == 1.0
     assert any(n.startswith(f"Cosine Similarity omitted: could not load {missing}: ") for n in out["notes"])
     assert "Entailment Score omitted: no nli model configured" in out["notes"]
     assert out["world_facts_prob"] is None and out["world_facts_cl_truth_ratio"] is None
-    # MU: 4 numbers on retain and ra, 2 on wf (no prob/truth ratio there) = 10 of 18; FE: 3 of 5
-    assert len(out["mu_components"]) == 10 and not out["mu_complete"]
+    # TR = e^-1, 1, e -> R = e, 1, e^-1. forget: 1 - (2/e + 1)/3 = 0.421414; others: (1 - 1/e)/3 = 0.210707
+    assert out["forget_cl_truth_ratio"] == pytest.approx(0.421414, abs=1e-6)
+    assert out["retain_cl_truth_ratio"] == pytest.approx(0.210707, abs=1e-6)
+    # MU: retain and ra give rouge 0.5, prob 0.4, TR 0.210707, entropy 1; wf rouge 0.5, entropy 1 = 10 of 18:
+    # 10 / (2 (2 + 2.5 + 4.745930 + 1) + 2 + 1) = 10 / 23.491860 = 0.425679
+    assert len(out["mu_components"]) == 10 and not out["mu_complete"] and out["mu"] is None
+    assert out["mu_partial"] == pytest.approx(0.425679, abs=1e-6)
+    # FE: 1 - mean(0.5, 0.4, 0.421414) = 1 - 0.440471 = 0.559529, and never under the name "fe"
     assert out["fe_components"] == ["forget_rougeL_recall", "forget_prob", "forget_cl_truth_ratio"]
-    assert out["fe"] == pytest.approx(1 - np.mean([0.5, 0.4, out["forget_cl_truth_ratio"]]))
-    assert out["mu"] == pytest.approx(model_utility_mu(out)[0])
-    assert any(n.startswith("MU over 10 of 18 numbers; left out: ") for n in out["notes"])
+    assert out["fe"] is None and out["fe_partial"] == pytest.approx(0.559529, abs=1e-6)
+    assert any(n.startswith("mu is null (incomplete): mu_partial is over 10 of 18 numbers; left out: ")
+               for n in out["notes"])
     assert out["closer_look_models"] == {"embedding": None, "nli": None}
     with pytest.raises(ValueError, match="the split has 2"):
-        evaluate_closer_look(None, small_tok, {"forget": splits["forget"][:2]}, models=models, tofu_results=results)
+        evaluate_closer_look(None, None, {"forget": splits["forget"][:2]}, models=models, tofu_results=results)
 
 
 # ---------------------------------------------------------------- tiny local embedding / NLI models
@@ -224,6 +253,7 @@ def test_end_to_end_on_the_trained_model(local_models, trained_small, small_worl
     assert out["mu_complete"] and out["fe_complete"] and len(out["mu_components"]) == 18
     for key in (*MU_KEYS, *FE_KEYS, "forget_token_entropy", "mu", "fe"):
         assert 0.0 <= out[key] <= 1.0, key
+    assert out["mu_partial"] is None and out["fe_partial"] is None  # complete: only the full names
     assert out["forget_rougeL_recall"] == pytest.approx(float(forget.rougeL_recall.mean()))  # reused, not redone
     assert out["forget_cl_truth_ratio"] == pytest.approx(1 - forget_truth_ratio(forget.truth_ratio))
     assert out["forget_entailment_score"] == pytest.approx(float(np.mean(forget.rougeL_recall >= 0.1)))

@@ -30,6 +30,8 @@ def test_token_entropy_hand_values():
     assert token_entropy("a a b b") == pytest.approx(0.5)
     # all distinct: H = ln 4 = ln n -> 1
     assert token_entropy("a b c d") == pytest.approx(1.0)
+    # 5 distinct words: 5 x 0.2 ln 5 / ln 5 sums to 1 + 2e-16 in floats; clipped to exactly 1 (FE/MU need [0, 1])
+    assert token_entropy("answer number 0 of retain") == 1.0
     # one token repeated: H = 0 -> 0
     assert token_entropy("of of of of") == 0.0
     # "a a b": p = (2/3, 1/3): H = 2/3 ln 1.5 + 1/3 ln 3 = 0.270310 + 0.366204 = 0.636514;

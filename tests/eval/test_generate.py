@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from obliviate.data.tokenize import answer_ids, collate, encode_qa, pad_id, prompt_ids
-from obliviate.eval.generate import batched_avg_loss, decode_continuations, generate_answers, length_order
+from obliviate.eval.generate import (answer_budgets, batched_avg_loss, cap_rows, decode_continuations,
+                                     generate_answers, length_order)
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
@@ -76,6 +77,29 @@ def test_generation_respects_max_new_tokens(tok_model):
     assert generate_answers(model, tok, []) == []
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate_answers(model, tok, ["x"], max_new_tokens=0)
+
+
+def test_total_length_budget_by_hand():
+    # closer-look generate(max_length=200): prompts of 10, 30, 200, 250 tokens get 190, 170, 0, -50 new tokens
+    assert answer_budgets([10, 30, 200, 250], 16, 200) == [190, 170, 0, -50]
+    assert answer_budgets([10, 30], 16, None) == [16, 16]
+    # row caps: row 0 keeps 2 ids, row 1 keeps 0, row 2 all 3; the rest becomes the fill id (7)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6], [8, 9, 10]])
+    assert cap_rows(ids, [2, 0, 3], 7).tolist() == [[1, 2, 7], [7, 7, 7], [8, 9, 10]]
+
+
+def test_total_length_limit_equals_per_row_new_tokens(tok_model):
+    tok, model = tok_model
+    questions = [QA[0][0], UNSEEN[1], UNSEEN[0], QA[2][0]]
+    lengths = [len(prompt_ids(tok, q)) for q in questions]
+    total = min(lengths) + 5  # the shortest prompt may add 5 tokens, the longest none
+    out = generate_answers(model, tok, questions, max_new_tokens=1, max_total_tokens=total, batch_size=4)
+    for q, n, text in zip(questions, lengths, out):
+        if total - n < 1:
+            assert text == ""  # no room left after the prompt
+        else:
+            assert text == generate_answers(model, tok, [q], max_new_tokens=total - n)[0]
+    assert out[lengths.index(max(lengths))] == "" and any(out)
 
 
 def _manual_avg_loss(model, tok, q: str, a: str) -> float:

@@ -13,8 +13,11 @@ from obliviate.eval.mia import (
     MIA_METRICS,
     TokenScores,
     attack_scores,
+    document_logp,
+    document_windows,
     encode_item,
     evaluate_mia,
+    keeps_last_token,
     mia_auc,
     mia_scores,
     min_k_plus_plus_score,
@@ -67,6 +70,8 @@ def test_min_k_plus_plus_by_hand():
     assert min_k_plus_plus_score(logp, mu, sigma, 1.0) == pytest.approx(0.0)
     # uniform distribution: logp = mu, sigma = 0 -> z = 0 / floor = 0, finite
     assert min_k_plus_plus_score(np.array([-math.log(3)]), np.array([-math.log(3)]), np.array([0.0]), 1.0) == 0.0
+    # sigma 0 is floored at 1e-3 (open-unlearning clamps the variance at 1e-6): z = (-1 + 0.999) / 1e-3 = -1 -> 1
+    assert min_k_plus_plus_score(np.array([-1.0]), np.array([-0.999]), np.array([0.0]), 1.0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="one shape"):
         min_k_plus_plus_score(logp, mu[:1], sigma, 0.5)
 
@@ -113,6 +118,42 @@ def test_attack_scores_from_token_arrays_by_hand():
     np.testing.assert_allclose(out["zlib"], [3.0 / n1, 1.5 * LN2 / n2])
     np.testing.assert_allclose(out["reference"], [2.0, 1.5 * LN2])
     assert "reference" not in attack_scores(ts)
+
+
+def test_document_windows_by_hand():
+    ids = [99, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # BOS then 9 tokens; window 4, stride 2
+    wins = document_windows(ids, 4, 2)
+    # starts 0, 2, 4, 6; each labels only ids past the previous end (4, 6, 8): every id after BOS exactly once
+    assert [w.input_ids for w in wins] == [[99, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8, 9]]
+    x = IGNORE_INDEX
+    assert [w.labels for w in wins] == [[x, 1, 2, 3], [x, x, 4, 5], [x, x, 6, 7], [x, x, 8, 9]]
+    # stride 3: starts 0, 3, 6 -> ids[0:4], [3:7] labels 4..6 (past 4), [6:10] labels 7..9 (past 7)
+    assert [w.labels for w in document_windows(ids, 4, 3)] == [[x, 1, 2, 3], [x, 4, 5, 6], [x, 7, 8, 9]]
+    with pytest.raises(ValueError, match="stride < window"):
+        document_windows(ids, 4, 4)  # no overlap: each window's first id would never be scored
+    with pytest.raises(ValueError, match="at least 2"):
+        document_windows([99], 4, 2)
+    with pytest.raises(ValueError, match="unknown token_rule"):
+        keeps_last_token("eos")
+
+
+def test_document_logp_scores_whole_documents(small_tok, constant_lm):
+    text = " ".join(["the"] * 300)  # 300 tokens: more than the old 256-token cut
+    ids = small_tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == 300 and len(set(ids[1:])) == 1 and ids[0] != ids[1]  # "the", then " the" 299 times
+    model = constant_lm(len(small_tok), ids[1])
+    log_z = math.log(math.exp(10) + len(small_tok) - 1)
+    # after BOS: "the" is not the predicted token (-log Z), each " the" is (10 - log Z)
+    expected = np.array([-log_z] + [10 - log_z] * 299)
+    (whole,), n_windowed = document_logp(model, small_tok, [text], window=None)
+    assert n_windowed == 0
+    np.testing.assert_allclose(whole, expected, atol=1e-5)
+    # windows of 64, stride 32 (default window // 2): the same 300 tokens, each once; 1 of 2 documents windowed
+    (win, short), n_windowed = document_logp(model, small_tok, [text, "the the"], window=64, batch_size=3)
+    assert n_windowed == 1 and len(short) == 2
+    np.testing.assert_allclose(win, expected, atol=1e-5)
+    # max_tokens keeps BOS + 9 ids -> 9 scores
+    assert len(document_logp(model, small_tok, [text], window=None, max_tokens=10)[0][0]) == 9
 
 
 def test_metrics_table():

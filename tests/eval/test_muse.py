@@ -12,8 +12,10 @@ from obliviate.data.rows import QARow
 from obliviate.data.text import chunk_texts, document_ids, load_texts
 from obliviate.data.tokenize import collate, pad_id
 from obliviate.errors import DataError
+from obliviate.config import MuseEvalConfig
 from obliviate.eval.muse import (MUSE_METRICS, MuseData, VerbMemItem, cut_answer, evaluate_muse, fewshot_prompt,
-                                 fit_prompt, greedy_continuations, load_muse, privleak, rouge_l_f1)
+                                 fit_prompt, greedy_continuations, load_muse, muse_min_k_auc, privleak, rouge_l_f1)
+from obliviate.eval.runner import evaluate_muse_run
 from obliviate.eval.memorization import privleak_auc as muse_auc
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -204,3 +206,66 @@ def test_document_ids_shared_with_training(tok_model):
     tok, _ = tok_model
     ids = document_ids(tok, FORGET[0])
     assert ids[0] == tok.bos_token_id and np.all(np.array(ids[1:]) != tok.bos_token_id)
+
+
+# ---------------------------------------------------------------- PrivLeak over whole documents, as MUSE runs it
+def test_privleak_scores_whole_documents_by_hand(tok_model, tmp_path, constant_lm):
+    tok, _ = tok_model
+    the = tok(" the", add_special_tokens=False)["input_ids"]
+    mill = tok("mill mill", add_special_tokens=False)["input_ids"]
+    assert len(the) == 1 and len(mill) == 4 and the[0] not in mill  # "mill" = 2 tokens, " mill" = 2 tokens
+    # forget: 110 x "mill" (220 tokens) then 400 x " the" (400 tokens); holdout: 310 x "mill" (620 tokens).
+    forget = " ".join(["mill"] * 110) + " the" * 400
+    holdout = " ".join(["mill"] * 310)
+    write(tmp_path / "privleak" / "forget.jsonl", [{"text": forget}, {"text": "  "}], jsonl=True)
+    write(tmp_path / "privleak" / "holdout.json", [{"text": holdout}])
+    model = constant_lm(len(tok), the[0])  # log p(" the") = 10 - log Z, any other token -log Z
+    # Min-40% of the whole forget document: lowest int(0.4 x 620) = 248 = 220 mill + 28 the -> score
+    # log Z - 280/248 < log Z = the holdout's score -> P(forget > holdout) = 0 -> PrivLeak (0 - 0.5)/0.5 = -100
+    res = evaluate_muse_run(model, tok, MuseEvalConfig(source=str(tmp_path)))
+    assert res["privleak_auc"] == 0.0 and res["privleak"] == -100.0
+    assert "privleak: Min-40% over whole documents, each in one pass" in res["notes"]
+    assert any(n.startswith("1 empty document(s) skipped while loading: ") and "forget.jsonl:2" in n
+               for n in res["notes"])
+    # The old cut (first 256 tokens: BOS + 220 mill + 35 the): lowest int(0.4 x 255) = 102 are all mill -> log Z,
+    # a tie with the holdout -> AUC 0.5 -> PrivLeak 0: the forget set would look unlearned.
+    cut = evaluate_muse_run(model, tok, MuseEvalConfig(source=str(tmp_path), privleak_max_tokens=256))
+    assert cut["privleak_auc"] == 0.5 and cut["privleak"] == 0.0
+    # Windows of 64 tokens, stride 32: each token once (this model ignores context) -> the same AUC 0
+    win = evaluate_muse_run(model, tok, MuseEvalConfig(source=str(tmp_path), privleak_window=64, privleak_stride=32))
+    assert win["privleak_auc"] == 0.0
+    assert ("privleak: Min-40% over whole documents; 2 of 2 documents longer than the 64-token window, scored in "
+            "windows of 64 with stride 32") in win["notes"]
+
+
+def test_muse_min_k_auc_defaults_to_the_model_context(tok_model):
+    tok, model = tok_model  # max_position_embeddings 128
+    notes: list[str] = []
+    long_doc = " ".join(FORGET * 4)  # > 128 tokens
+    auc = muse_min_k_auc(model, tok, [long_doc, FORGET[0]], HOLDOUT, notes=notes)
+    assert 0.0 <= auc <= 1.0
+    assert notes == ["privleak: Min-40% over whole documents; 1 of 4 documents longer than the 128-token window, "
+                     "scored in windows of 128 with stride 64"]
+
+
+def test_raw_corpus_empty_documents_and_explicit_files(tmp_path, capsys):
+    from obliviate.commands import _load_data
+
+    raw = tmp_path / "raw"
+    write(raw / "forget.json", [{"text": "first"}, {"text": ""}, "third", " \n"])  # MUSE-News has one empty
+    (raw / "forget.txt").write_text("the whole book", encoding="utf-8")
+    with pytest.raises(DataError, match=r"forget\.json item 1: the document is empty"):
+        load_texts(tmp_path, "raw/forget")  # strict unless the caller collects what was skipped
+    skipped: list[str] = []
+    assert load_texts(tmp_path, "raw/forget", skipped=skipped) == ["first", "third"]
+    assert [w.rsplit(" ", 2)[-2:] for w in skipped] == [["item", "1"], ["item", "3"]]
+    # the split written with its extension picks that file, though raw/forget.json exists
+    assert load_texts(tmp_path, "raw/forget.txt") == ["the whole book"]
+    assert load_texts(tmp_path, "raw/forget.json", skipped=[]) == ["first", "third"]
+    # training data: the empty documents are left out and counted
+    assert _load_data(str(tmp_path), "text", ["raw/forget"]) == ["first", "third"]
+    assert "skipped 2 empty document(s): " in capsys.readouterr().out
+    write(raw / "blank.jsonl", [{"text": ""}], jsonl=True)
+    with pytest.raises(DataError, match=r"the corpus is empty.*\(1 empty document\(s\) skipped\)"):
+        load_texts(tmp_path, "raw/blank", skipped=[])
+

@@ -72,9 +72,10 @@ def test_forget_quality_is_the_exact_ks_p_value():
     # Interleavings with D < 2/3 keep |#x - #y| <= 1 at every prefix: pairs (xy|yx) three times = 8.
     # So P(D >= 2/3) = (20 - 8)/20 = 0.6
     assert forget_quality(np.array([1.0, 2.0, 4.0]), np.array([3.0, 5.0, 6.0])) == pytest.approx(0.6)
-    # TOFU's code tests 1/TR; a monotone map leaves KS unchanged
+    # TOFU's code tests 1/TR; a monotone map leaves KS unchanged. 4 vs 3 samples: the first ECDF step is
+    # already >= 1/4 and here D = 1/4 exactly (a b a b a b a), so P(D >= 1/4) = 1 on both scales
     a, b = np.array([0.5, 0.9, 1.3, 2.0]), np.array([0.7, 1.1, 1.6])
-    assert forget_quality(a, b) == pytest.approx(forget_quality(1 / a, 1 / b))
+    assert forget_quality(a, b) == pytest.approx(1.0) and forget_quality(1 / a, 1 / b) == pytest.approx(1.0)
     # without a retain model the number does not exist
     assert forget_quality(a, None) is None
     assert forget_quality(a, np.array([])) is None
@@ -122,6 +123,94 @@ def test_fact_recall_by_hand():
     # row 1: "paris" found, "1990" not -> 1/2; row 3: "POEMS" found case-insensitively -> 1; mean 0.75
     assert fact_recall(["He was born in paris.", "Paris 1990", "POEMS galore"], [r1, r2, r3]) == pytest.approx(0.75)
     assert fact_recall(["x"], [r2]) is None
+
+
+# ---------------------------------------------------------------- the evaluator on hand-set losses and answers
+LN2, LN4, LN8 = math.log(2), math.log(4), math.log(8)
+# (question, text) -> avg_loss; generation per question. Forget and retain rows share their paraphrase and
+# perturbed losses, so the two truth-ratio formulas meet the same TRs.
+HAND_LOSS: dict[tuple[str, str], float] = {}
+HAND_GEN: dict[str, str] = {}
+
+
+def _hand_row(q: str, answer: str, loss: float, gen: str, pert: list[float], para: float | None = None) -> QARow:
+    HAND_LOSS[(q, answer)] = loss
+    HAND_GEN[q] = gen
+    texts = tuple(f"{q} wrong {i}" for i in range(len(pert)))
+    HAND_LOSS.update({(q, t): v for t, v in zip(texts, pert)})
+    if para is not None:
+        HAND_LOSS[(q, f"{q} paraphrase")] = para
+    return QARow(q, answer, paraphrased_answer=None if para is None else f"{q} paraphrase", perturbed_answer=texts)
+
+
+HAND = {
+    # answer losses ln2, ln4 -> prob 1/2, 1/4; paraphrase 1, 3 vs perturbed mean 2 -> TR = e^-1, e;
+    # generations: the answer itself (recall 1) and "" (0)
+    "forget": [_hand_row("F1?", "Fa one answer", LN2, "Fa one answer", [2.0, 2.0], para=1.0),
+               _hand_row("F2?", "Fb two answer", LN4, "", [2.0, 2.0], para=3.0)],
+    # answer losses 0, ln2 -> prob 1, 1/2; same TRs e^-1, e as forget. R1's generation is its PARAPHRASE-like
+    # text "a cat lay on a mat": against the answer "the cat sat on the mat" LCS = cat on mat -> 3/6 = 0.5
+    "retain": [_hand_row("R1?", "the cat sat on the mat", 0.0, "a cat lay on a mat", [2.0, 2.0], para=1.0),
+               _hand_row("R2?", "he wrote two books", LN2, "", [2.0, 2.0], para=3.0)],
+    # correct = the answer (ln2) vs 3 perturbed at ln8: TR = exp(ln2 - ln8) = 1/4 both rows;
+    # prob 0.5 / (0.5 + 3 x 0.125) = 4/7; generations are the answers (recall 1)
+    "real_authors": [_hand_row("A1?", "Ann Lee", LN2, "Ann Lee", [LN8] * 3),
+                     _hand_row("A2?", "Bo Kim", LN2, "Bo Kim", [LN8] * 3)],
+    # answers 0, ln4 vs perturbed ln2: TR = 1/2, 2; prob 1/(1 + 1.5) = 0.4 and 0.25/(0.25 + 1.5) = 1/7
+    "world_facts": [_hand_row("W1?", "Paris", 0.0, "", [LN2] * 3),
+                    _hand_row("W2?", "Lima", LN4, "Lima", [LN2] * 3)],
+}
+
+
+@pytest.fixture()
+def hand_model(monkeypatch):
+    """The evaluator with model calls replaced: avg_loss looked up per (question, text), answers per question."""
+    import obliviate.eval.tofu as tofu
+
+    monkeypatch.setattr(tofu, "batched_avg_loss",
+                        lambda model, tok, pairs, **kw: np.array([HAND_LOSS[p] for p in pairs]))
+    monkeypatch.setattr(tofu, "generate_answers", lambda model, tok, questions, **kw: [HAND_GEN[q] for q in questions])
+
+
+def test_truth_ratio_formula_per_split_by_hand(hand_model):
+    # same TRs e^-1, e: forget formula mean(min(TR, 1/TR)) = e^-1 = 0.367879;
+    # retain formula mean(max(0, 1 - TR)) = (1 - e^-1 + 0)/2 = 0.316060
+    forget = evaluate_split(None, None, HAND["forget"], kind="forget")
+    retain = evaluate_split(None, None, HAND["retain"], kind="retain")
+    np.testing.assert_allclose(forget.truth_ratio, [1 / E, E])
+    np.testing.assert_allclose(retain.truth_ratio, [1 / E, E])
+    assert forget.summary["truth_ratio"] == pytest.approx(0.367879, abs=1e-6)
+    assert retain.summary["truth_ratio"] == pytest.approx(0.316060, abs=1e-6)
+    # real authors TR 1/4: retain formula 1 - 1/4 = 0.75 (the forget formula would give 0.25)
+    assert evaluate_split(None, None, HAND["real_authors"], kind="real_authors").summary["truth_ratio"] == 0.75
+    # world facts TR 1/2, 2: retain formula (0.5 + 0)/2 = 0.25 (the forget formula would give 0.5)
+    assert evaluate_split(None, None, HAND["world_facts"], kind="world_facts").summary["truth_ratio"] == 0.25
+
+
+def test_rouge_is_against_the_original_answer(hand_model):
+    # R1 generated "a cat lay on a mat": recall vs the answer 3/6 = 0.5 (vs its own text it would be 1); R2 "" -> 0
+    res = evaluate_split(None, None, HAND["retain"], kind="retain")
+    np.testing.assert_allclose(res.rougeL_recall, [0.5, 0.0])
+    assert res.summary["rougeL_recall"] == 0.25
+
+
+def test_every_tofu_aggregate_by_hand(hand_model):
+    # the retain model's forget TRs e^2, e^3 all exceed ours (e^-1, e): D = 1, exact p = 2 / C(4, 2) = 1/3
+    out = evaluate_tofu(None, None, HAND, retain_model_forget_tr=np.exp([2.0, 3.0]))
+    expected = {
+        "forget_prob": (0.5 + 0.25) / 2, "forget_rougeL_recall": 0.5, "forget_truth_ratio": 1 / E,
+        "forget_quality": 1 / 3,
+        "retain_prob": (1 + 0.5) / 2, "retain_rougeL_recall": 0.25, "retain_truth_ratio": (1 - 1 / E) / 2,
+        "real_authors_prob": 4 / 7, "real_authors_rougeL_recall": 1.0, "real_authors_truth_ratio": 0.75,
+        "world_facts_prob": (0.4 + 1 / 7) / 2, "world_facts_rougeL_recall": 0.5, "world_facts_truth_ratio": 0.25,
+        # hmean of the 9: reciprocals 1.333333 + 4 + 3.163953 + 1.75 + 1 + 1.333333 + 3.684211 + 2 + 4
+        # = 22.264831 -> 9 / 22.264831 = 0.404225
+        "model_utility": 0.404225,
+    }
+    for key, value in expected.items():
+        assert out[key] == pytest.approx(value, abs=1e-6), key
+    np.testing.assert_allclose(out["forget_truth_ratio_per_example"], [1 / E, E])
+    assert out["forget_generations"] == ["Fa one answer", ""] and out["forget_fact_recall"] is None
 
 
 def test_metrics_table_declares_direction_and_version():
@@ -186,8 +275,7 @@ def test_evaluate_split_matches_the_formulas(tiny):
     para = batched_avg_loss(full, tok, [(r.question, r.paraphrased_answer) for r in FORGET])
     pert = batched_avg_loss(full, tok, [(r.question, p) for r in FORGET for p in r.perturbed_answer]).reshape(3, 5)
     np.testing.assert_allclose(res.prob, np.exp(-ans), atol=1e-5)
-    np.testing.assert_allclose(res.truth_ratio, truth_ratio(para, pert), rtol=1e-4)
-    assert res.summary["truth_ratio"] == pytest.approx(forget_truth_ratio(res.truth_ratio))
+    np.testing.assert_allclose(res.truth_ratio, truth_ratio(para, pert), rtol=1e-4)  # the aggregates: by hand above
     assert len(res.generations) == 3 and res.rougeL_recall.shape == (3,)
     ra = evaluate_split(full, tok, AUTHORS, kind="real_authors", **EVAL)
     c = batched_avg_loss(full, tok, [(r.question, r.answer) for r in AUTHORS])
@@ -224,7 +312,7 @@ def test_evaluate_tofu_end_to_end(tiny):
     assert 0 < out["forget_truth_ratio"] <= 1
     assert all(0 <= out[f"{s}_truth_ratio"] <= 1 for s in ("retain", "real_authors", "world_facts"))
     assert 0 <= out["forget_fact_recall"] <= 1 and out["retain_fact_recall"] is None
-    assert out["model_utility"] == pytest.approx(model_utility(out)) and 0 <= out["model_utility"] <= 1
+    assert 0 <= out["model_utility"] <= 1  # its value from given numbers: test_every_tofu_aggregate_by_hand
     assert len(out["forget_truth_ratio_per_example"]) == 3 and len(out["forget_generations"]) == 3
     assert 0 <= out["forget_degenerate_share"] <= 1 and 0 <= out["forget_token_entropy"] <= 1
     # the full model learned the forget answers; the retain model never saw them
@@ -232,6 +320,6 @@ def test_evaluate_tofu_end_to_end(tiny):
     with_ref = evaluate_tofu(full, tok, {"forget": FORGET},
                              retain_model_forget_tr=np.array(ref["forget_truth_ratio_per_example"]), **EVAL)
     fq = with_ref["forget_quality"]
-    assert isinstance(fq, float) and 0 <= fq <= 1
-    assert fq == pytest.approx(forget_quality(np.array(out["forget_truth_ratio_per_example"]),
-                                              np.array(ref["forget_truth_ratio_per_example"])), rel=1e-6)
+    # 3 vs 3 samples: the exact KS p-value is one of the few values C(6,3) = 20 interleavings allow
+    # (D = 1/3, 2/3 or 1 -> p = 1, 0.6 or 0.1; see test_forget_quality_is_the_exact_ks_p_value)
+    assert isinstance(fq, float) and any(fq == pytest.approx(p) for p in (1.0, 0.6, 0.1))

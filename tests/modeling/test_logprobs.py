@@ -70,7 +70,41 @@ def test_forward_stats_skips_the_prompt_prefix_without_changing_values(trained_s
     assert fast.logits.shape[1] == T - 1 - start and full.logits.shape[1] == T - 1
     torch.testing.assert_close(fast.logp, full.logp, atol=1e-5, rtol=0)
     torch.testing.assert_close(fast.token_logp, full.token_logp[:, start:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(masked_token_kl(fast, fast), torch.zeros(2), atol=1e-6, rtol=0)
+    torch.testing.assert_close(masked_token_kl(fast, fast), torch.zeros(()), atol=1e-6, rtol=0)
     lora = apply_lora(copy.deepcopy(trained_small), r=2, alpha=4, dropout=0.0, target_modules=["q_proj"])
     assert takes_logits_to_keep(lora)  # unwrapped through PEFT
     assert forward_stats(lora, batch).logits.shape == fast.logits.shape
+
+
+def test_kl_terms_with_zero_target_probability_count_zero():
+    # p = (1, 0) (log p_1 = -inf), q = (1/2, 1/2): KL = 1·ln 2 + 0 = ln 2; q = (1, 0) too: 0, not NaN
+    p = torch.tensor([0.0, -math.inf])
+    assert kl_per_token(p, torch.tensor([0.5, 0.5]).log()).item() == pytest.approx(math.log(2), abs=1e-6)
+    assert kl_per_token(p, p).item() == 0.0
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_hidden_layer_is_the_decoder_layer_output_also_for_the_last_layer(layer, trained_small, small_tok):
+    """The hook returns decoder layer `layer`'s own output; hidden_states[layer + 1] agrees except for the last
+    layer, where transformers records the output AFTER the final norm (what RMU must not read)."""
+    from obliviate.data.tokenize import collate, encode_qa
+    from obliviate.modeling.logprobs import forward_stats, hidden_at
+
+    batch = collate([encode_qa(small_tok, "Who is Mara Quellen?", "A writer.", 64),
+                     encode_qa(small_tok, "Where was Lanas Kalo born?", "In Anvar, in 1950.", 64)], 0)
+    model = trained_small
+    seen = []
+    handle = model.model.layers[layer].register_forward_hook(lambda m, i, o: seen.append(o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+        stats = forward_stats(model, batch, hidden_layer=layer)
+    handle.remove()
+    torch.testing.assert_close(hidden_at(stats, layer), seen[0], rtol=0, atol=0)
+    assert stats.hidden_mask.tolist() == (batch["labels"] != -100).tolist()  # label positions, unshifted
+    if layer == 1:  # the last of 2 layers
+        assert (stats.hidden - out.hidden_states[-1]).abs().max() > 1e-2
+        torch.testing.assert_close(model.model.norm(stats.hidden), out.hidden_states[-1])
+    else:
+        torch.testing.assert_close(stats.hidden, out.hidden_states[layer + 1])
+    with pytest.raises(ValueError, match="out of range"):
+        forward_stats(model, batch, hidden_layer=2)

@@ -219,6 +219,60 @@ def test_gemma2_softcap_is_tempered_after_the_cap() -> None:
     assert torch.allclose(probs, (capped / tau).softmax(-1), atol=1e-6)
 
 
+# ----------------------------------------------------------------------------- GPT-2 reorder_and_upcast_attn
+
+
+def upcast_gpt2(dtype: torch.dtype, backend: str = "eager", upcast: bool = True, dropout: float = 0.0) -> nn.Module:
+    """A tiny GPT-2 asking for fp32 attention scores (reorder_and_upcast_attn), in `dtype`."""
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=VOCAB, n_embd=64, n_layer=4, n_head=4, n_positions=64, initializer_range=0.5,
+        attn_pdrop=dropout, embd_pdrop=dropout, resid_pdrop=dropout, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, reorder_and_upcast_attn=upcast,
+    )
+    model = GPT2LMHeadModel(config).eval().to(dtype)
+    model.set_attn_implementation(backend)
+    return model
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpt2_upcast_tau_one_is_stock(dtype: torch.dtype, backend: str) -> None:
+    """Stock eager runs QKᵀ and softmax in fp32 for this model; the renamed backend must keep doing so."""
+    model, batch = upcast_gpt2(dtype, backend), make_batch()
+    stock = logits(model, batch)
+    assert torch.equal(logits(smooth_attention(model, 1.0), batch), stock)
+    if dtype == torch.bfloat16 and backend == "eager":  # the upcast is visible: without it logits move
+        plain = logits(upcast_gpt2(dtype, backend, upcast=False), batch)
+        assert valid(batch, (plain - stock).float()).abs().max() > 0.05
+
+
+def test_gpt2_upcast_dropout_matches_stock_in_train_mode() -> None:
+    model, batch = upcast_gpt2(torch.float32, dropout=0.3), make_batch()
+    model.train()
+    torch.manual_seed(5)
+    stock = logits(model, batch)
+    smooth_attention(model, 1.0)
+    torch.manual_seed(5)
+    assert torch.equal(logits(model, batch), stock)
+
+
+def test_gpt2_upcast_tempers_in_fp32() -> None:
+    """τ ≠ 1: softmax(QKᵀ·scaling/τ + mask) computed in fp32 from bf16 inputs, then cast to bf16."""
+    model = smooth_attention(upcast_gpt2(torch.bfloat16), 2.5, [1])
+    attn = model.transformer.h[1].attn
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 7, 16, generator=g).mul(4).to(torch.bfloat16) for _ in range(3))
+    mask = torch.zeros(1, 1, 7, 7).masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), torch.finfo(torch.float32).min)
+    out, probs = ALL_ATTENTION_FUNCTIONS["obliviate_eager"](attn, q, k, v, mask, scaling=attn.scaling, dropout=0.0)
+    exact = ((q.float() @ k.float().transpose(-1, -2)) * attn.scaling / 2.5 + mask).softmax(-1)  # fp32
+    assert probs.dtype == torch.bfloat16 and out.shape == (2, 7, 4, 16)
+    assert torch.allclose(probs.float(), exact, atol=4e-3, rtol=0)  # bf16 rounding of the probabilities only
+    assert torch.equal(out, (probs @ v).transpose(1, 2))
+    low = ((q @ k.transpose(-1, -2)) * (attn.scaling / 2.5) + mask.to(torch.bfloat16)).softmax(-1)  # bf16 scores
+    assert (low.float() - exact).abs().max() > 2 * (probs.float() - exact).abs().max()
+
+
 # ----------------------------------------------------------------------------- attention entropy
 
 

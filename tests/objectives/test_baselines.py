@@ -106,24 +106,41 @@ def test_dpo_rejects_mismatched_batches():
 # ---- idk -------------------------------------------------------------------------------------------
 
 def test_idk_hand_value():
-    # refusal NLLs: (1 + 3)/2 = 2 and 4/1 = 4 (second token padded) -> mean 3; the forget answer is unused
+    # refusal token NLLs 1, 3 | 4 (second token padded); the forget answer is unused.
+    # "token" (default, TOFU/closer-look's outputs.loss): (1 + 3 + 4)/3 = 8/3; "example": mean(2, 4) = 3
     refusal = lp([[-1.0, -3.0], [-4.0, -99.0]], [[1, 1], [1, 0]])
-    assert fn("idk")(lp([[-50.0], [-60.0]]), refusal=refusal).item() == pytest.approx(3.0, abs=1e-12)
+    assert fn("idk")(lp([[-50.0], [-60.0]]), refusal=refusal).item() == pytest.approx(8 / 3, abs=1e-12)
+    assert fn("idk")(lp([[-50.0], [-60.0]]), refusal=refusal, reduction="example").item() == pytest.approx(3.0, abs=1e-12)
+    refusal.token_total = 4.0  # the loop's step-wide count: 8/4
+    assert fn("idk")(lp([[-50.0], [-60.0]]), refusal=refusal).item() == pytest.approx(2.0, abs=1e-12)
 
 
 # ---- me --------------------------------------------------------------------------------------------
 
 def test_me_hand_value_masks_and_uniform_is_zero():
     # p = (1/2, 1/4, 1/8, 1/8): KL(u ‖ p) = (1/4)·[ln(1/2) + ln 1 + ln 2 + ln 2] = ln2/4 = 0.173287
-    # example 0: that token + a masked peaked token (must not count) -> ln2/4;
-    # example 1: that token + a uniform token (KL 0) -> ln2/8. Batch mean: 3 ln2/16 = 0.129965
+    # (the authors' log(p + 1e-12) moves it by (1/4)·Σ 1e-12/p_v = 5.5e-12, inside the tolerance)
+    # example 0: that token + a masked peaked token (must not count); example 1: that token + a uniform
+    # token (KL 0). "token" (default): (ln2/4 + ln2/4 + 0)/3 = ln2/6; "example": (ln2/4 + ln2/8)/2 = 3 ln2/16
     p, u, peak = [0.5, 0.25, 0.125, 0.125], [0.25] * 4, [0.97, 0.01, 0.01, 0.01]
     pol = dist([[p, peak], [p, u]], [[1, 0], [1, 1]])
-    assert fn("me")(pol).item() == pytest.approx(3 * LN2 / 16, abs=1e-12)
+    assert fn("me")(pol).item() == pytest.approx(LN2 / 6, abs=1e-10)
+    assert fn("me")(pol, reduction="example").item() == pytest.approx(3 * LN2 / 16, abs=1e-10)
     # the closed form equals the library KL against an explicit uniform distribution
     lp_ = pol.log_probs()[0, 0]
     assert kl_per_token(torch.full_like(lp_, -math.log(4)), lp_).item() == pytest.approx(LN2 / 4, abs=1e-12)
-    assert fn("me")(dist([[u, u]], [[1, 1]])).item() == pytest.approx(0.0, abs=1e-12)
+    assert fn("me")(dist([[u, u]], [[1, 1]])).item() == pytest.approx(0.0, abs=1e-10)
+
+
+def test_me_is_finite_where_the_student_puts_zero_probability():
+    # p = (1, 0, 0, 0) exactly (log p = -inf): with the authors' log(p + 1e-12),
+    # KL = -ln 4 - (1/4)·[ln(1 + 1e-12) + 3·ln(1e-12)] = -ln 4 + 0.75·27.631021 = 19.336972; exact KL is +inf
+    logits = torch.tensor([[[0.0, -math.inf, -math.inf, -math.inf]]], dtype=torch.float64, requires_grad=True)
+    pol = TokenStats(logits=logits, token_logp=torch.zeros(1, 1, dtype=torch.float64), mask=torch.ones(1, 1, dtype=torch.bool))
+    loss = fn("me")(pol)
+    assert loss.item() == pytest.approx(-math.log(4) - 0.75 * math.log(1e-12), rel=1e-9)
+    loss.backward()
+    assert torch.isfinite(logits.grad).all()
 
 
 # ---- undial ----------------------------------------------------------------------------------------
@@ -189,15 +206,26 @@ def test_wga_and_satimp_hand_values():
     ("wga", {"beta": 2.0}, lambda p: p ** 2),
     ("satimp", {"beta1": 5.0, "beta2": 1.0}, lambda p: p ** 5 * (1 - p)),
 ])
-def test_weighted_ascent_gradient_treats_weight_as_constant(name, kw, weight):
-    # d loss / d logp_t = w_t / (|y|·B) with w a constant: exactly the gradient of -mean(w·NLL) at fixed w
+@pytest.mark.parametrize("reduction", ["token", "example"])
+def test_weighted_ascent_gradient_treats_weight_as_constant(name, kw, weight, reduction):
+    # d loss / d logp_t = w_t / N with w a constant: the gradient of -mean(w·NLL) at fixed w, where N is
+    # the batch's 5 answer tokens ("token", the default) or |y|·B per example ("example": 3·2 and 2·2)
     rows, mask = [[-0.2, -1.0, -3.0], [-0.7, -0.1, 0.0]], [[1, 1, 1], [1, 1, 0]]
     pol = lp(rows, mask, requires_grad=True)
-    fn(name)(pol, **kw).backward()
+    fn(name)(pol, **kw, reduction=reduction).backward()
     t = torch.tensor(rows, dtype=torch.float64)
     m = torch.tensor(mask, dtype=torch.float64)
-    want = weight(t.exp()) * m / m.sum(-1, keepdim=True) / 2
-    torch.testing.assert_close(pol.token_logp.grad, want, rtol=0, atol=1e-12)
+    n = m.sum() if reduction == "token" else m.sum(-1, keepdim=True) * 2
+    torch.testing.assert_close(pol.token_logp.grad, weight(t.exp()) * m / n, rtol=0, atol=1e-12)
+
+
+def test_wga_token_and_example_hand_values():
+    # β 1, loss = mean of w·log p with w = p. Example 0: p = (1/2, 1/4) -> (-ln2/2, -ln2/2);
+    # example 1: p = 1 (then padding) -> 0. "token": (-ln2/2 - ln2/2 + 0)/3 = -ln2/3;
+    # "example": (mean(-ln2/2, -ln2/2) + 0)/2 = -ln2/4
+    pol = lp([[-LN2, -2 * LN2], [0.0, -5.0]], [[1, 1], [1, 0]])
+    assert fn("wga")(pol).item() == pytest.approx(-LN2 / 3, abs=1e-12)
+    assert fn("wga")(pol, reduction="example").item() == pytest.approx(-LN2 / 4, abs=1e-12)
 
 
 # ---- ap (retain) -----------------------------------------------------------------------------------
@@ -215,10 +243,14 @@ def test_ap_hand_value_and_sign():
 
 
 def test_needs_and_defaults_are_registered():
+    # sequence-level losses have no `reduction`; token-level ones default to the reference code's choice
     want = {"npo": (("reference",), {"beta": 0.1}), "simnpo": ((), {"beta": 4.5, "delta": 0.0}),
-            "dpo": (("reference", "refusal", "refusal_reference"), {"beta": 0.1}), "idk": (("refusal",), {}),
-            "me": ((), {}), "undial": (("reference",), {"beta": 10.0}), "wga": ((), {"beta": 1.0}),
-            "satimp": ((), {"beta1": 5.0, "beta2": 1.0})}
+            "dpo": (("reference", "refusal", "refusal_reference"), {"beta": 0.1}),
+            "idk": (("refusal",), {"reduction": "token"}),
+            "me": ((), {"reduction": "token", "scope": "answer"}),
+            "undial": (("reference",), {"beta": 10.0, "reduction": "token"}),
+            "wga": ((), {"beta": 1.0, "reduction": "token"}),
+            "satimp": ((), {"beta1": 5.0, "beta2": 1.0, "reduction": "token"})}
     for name, (needs, defaults) in want.items():
         spec = FORGET.get(name)
         assert spec.needs == needs and spec.defaults() == defaults, name

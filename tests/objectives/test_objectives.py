@@ -26,11 +26,13 @@ def test_asu_hand_value():
 def test_asu_ignores_masked_positions_and_averages_per_example():
     # example 0: one counted token with KL k1, then a masked position with a huge KL that must not count;
     # example 1: two counted tokens, KL k1 and 0 -> per-example means k1 and k1/2 -> batch mean 0.75 k1
+    # (the default, "example"); "token" pools the three tokens: (k1 + k1 + 0)/3 = 2 k1/3
     k1 = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)
     teacher = stats([[[0.5, 0.5], [0.999, 0.001]], [[0.5, 0.5], [0.3, 0.7]]], [[1, 0], [1, 1]])
     student = stats([[[0.25, 0.75], [0.001, 0.999]], [[0.25, 0.75], [0.3, 0.7]]], [[1, 0], [1, 1]])
     got = FORGET.get("asu").fn(student, teacher)
     assert got.item() == pytest.approx(0.75 * k1, abs=1e-9)
+    assert FORGET.get("asu").fn(student, teacher, reduction="token").item() == pytest.approx(2 * k1 / 3, abs=1e-9)
 
 
 def test_ga_and_nll_hand_values():
@@ -38,12 +40,26 @@ def test_ga_and_nll_hand_values():
     s = TokenStats(logits=None, token_logp=torch.tensor([[-1.0, -2.0, -50.0]]), mask=torch.tensor([[True, True, False]]))
     assert FORGET.get("ga").fn(s).item() == pytest.approx(-1.5)
     assert RETAIN.get("nll").fn(s).item() == pytest.approx(1.5)
+    # two examples of 2 and 1 answer tokens: (-1, -2) and (-6): token mean (1 + 2 + 6)/3 = 3 (default),
+    # example mean (1.5 + 6)/2 = 3.75
+    s = TokenStats(logits=None, token_logp=torch.tensor([[-1.0, -2.0], [-6.0, 0.0]]),
+                   mask=torch.tensor([[True, True], [True, False]]))
+    assert FORGET.get("ga").fn(s).item() == pytest.approx(-3.0)
+    assert RETAIN.get("nll").fn(s).item() == pytest.approx(3.0)
+    assert FORGET.get("ga").fn(s, reduction="example").item() == pytest.approx(-3.75)
+    assert RETAIN.get("nll").fn(s, reduction="example").item() == pytest.approx(3.75)
 
 
 def test_retain_kl_is_zero_for_identical_and_hand_value():
     ref, pol = stats([[[0.5, 0.5]]], [[1]]), stats([[[0.25, 0.75]]], [[1]])
     assert RETAIN.get("kl").fn(ref, ref).item() == pytest.approx(0.0, abs=1e-12)
     assert RETAIN.get("kl").fn(pol, ref).item() == pytest.approx(0.143841, abs=1e-6)
+    # two examples (KL k1, then k1 and 0): "token" (default) 2 k1/3, "example" (k1 + k1/2)/2 = 0.75 k1
+    k1 = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)
+    ref = stats([[[0.5, 0.5], [0.9, 0.1]], [[0.5, 0.5], [0.3, 0.7]]], [[1, 0], [1, 1]])
+    pol = stats([[[0.25, 0.75], [0.1, 0.9]], [[0.25, 0.75], [0.3, 0.7]]], [[1, 0], [1, 1]])
+    assert RETAIN.get("kl").fn(pol, ref).item() == pytest.approx(2 * k1 / 3, abs=1e-9)
+    assert RETAIN.get("kl").fn(pol, ref, reduction="example").item() == pytest.approx(0.75 * k1, abs=1e-9)
 
 
 def test_kl_from_real_logits_never_counts_prompt_or_padding():
@@ -58,7 +74,7 @@ def test_kl_from_real_logits_never_counts_prompt_or_padding():
 
 
 def test_hyperparameter_typo_names_valid_keys():
-    with pytest.raises(ConfigError, match=r"valid keys: \['layers', 'tau'\]"):
+    with pytest.raises(ConfigError, match=r"valid keys: \['layers', 'reduction', 'tau'\]"):
         FORGET.get("asu").resolve({"taus": 2.0})
 
 
@@ -103,17 +119,16 @@ def _measure(kind, model, side, frozen, acc, idx):
         if kind == "hidden_to_target":  # minus the RMU loss itself: the hidden states approach c·u
             from obliviate.objectives.forget import rmu
 
-            return -rmu(forward_stats(model, b, hidden=True), **side.kwargs).item()
+            return -rmu(forward_stats(model, b, hidden_layer=side.kwargs["layer"]), **side.kwargs).item()
         if kind in ("refusal_up", "prefer_refusal"):  # log-likelihood of the refusal (minus the answer's)
             refusal = forward_stats(model, _shard_batch(side.refusal_enc, idx, acc, 0)[0])
             return (refusal.logp - (s.logp if kind == "prefer_refusal" else 0)).mean().item()
         if kind == "forget_down":
             return s.nll.mean().item()
         if kind == "teacher":
-            return -masked_token_kl(frozen.teacher_stats(b), s).mean().item()
-        lp = s.log_probs()
-        ent = -(lp.exp() * lp).sum(-1)
-        return (ent * s.mask).sum().item() / s.mask.sum().item()
+            return -masked_token_kl(frozen.teacher_stats(b), s).item()
+        ent = torch.special.entr(s.log_probs().exp()).sum(-1)  # -p·log p, 0 where p = 0
+        return s.mean(ent, "token").item()
 
 
 @pytest.mark.parametrize("name", FORGET.names())
@@ -152,43 +167,66 @@ def test_contract_every_forget_objective(name, small_world, small_tok, memorised
         assert torch.equal(p0, p)
 
 
+def _hidden_stats(h, labels, layer=0):
+    """TokenStats carrying decoder layer `layer`'s output h [B, T, H] and the label positions of `labels` [B, T]."""
+    labels = torch.tensor(labels)
+    return TokenStats(logits=None, token_logp=torch.zeros(h.shape[0], h.shape[1] - 1), mask=labels[:, 1:] != -100,
+                      hidden=h, hidden_layer=layer, hidden_mask=labels != -100)
+
+
 def test_rmu_and_hidden_mse_hand_values():
     from obliviate.objectives.forget import steering_vector
 
     u = steering_vector(2, seed=0).double()
-    # one real token whose layer-0 output is exactly c·u, one padded token far away: loss 0
-    h = torch.stack([5.0 * u, torch.tensor([100.0, -100.0], dtype=torch.float64)]).unsqueeze(0)
-    s = TokenStats(logits=None, token_logp=torch.zeros(1, 1), mask=torch.ones(1, 1, dtype=torch.bool),
-                   hidden=(torch.zeros_like(h), h), attention_mask=torch.tensor([[1, 0]]))
+    # one label token whose layer-0 output is exactly c·u, one prompt token far away: loss 0
+    h = torch.stack([torch.tensor([100.0, -100.0], dtype=torch.float64), 5.0 * u]).unsqueeze(0)
+    s = _hidden_stats(h, [[-100, 7]])
     assert FORGET.get("rmu").fn(s, layer=0, steering_coef=5.0).item() == pytest.approx(0.0, abs=1e-12)
-    # shift the real token by (1, 1): MSE = (1 + 1) / 2 = 1
-    s.hidden = (s.hidden[0], h + torch.tensor([[[1.0, 1.0], [0.0, 0.0]]], dtype=torch.float64))
+    # shift the label token by (1, 1): MSE = (1 + 1) / 2 = 1 (the prompt token never counts)
+    s.hidden = h + torch.tensor([[[0.0, 0.0], [1.0, 1.0]]], dtype=torch.float64)
     assert FORGET.get("rmu").fn(s, layer=0, steering_coef=5.0).item() == pytest.approx(1.0)
-    ref = TokenStats(logits=None, token_logp=torch.zeros(1, 1), mask=s.mask, hidden=(h, h), attention_mask=s.attention_mask)
+    ref = _hidden_stats(h, [[-100, 7]])
     assert RETAIN.get("hidden_mse").fn(s, ref, layer=0).item() == pytest.approx(1.0)
     assert abs(u.norm().item() - 1) < 1e-6 and (u >= 0).all()
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="layer 0's output, not layer 3's"):
         FORGET.get("rmu").fn(s, layer=3)
 
 
-def test_rmu_trains_only_the_chosen_layers(small_world, small_tok, memorised):
+def test_rmu_reductions_per_example_and_pooled():
+    # hidden_mse against a zero reference, H = 2. Example 0: label tokens with squared errors (per-token means
+    # over H) 1 and 3; example 1: one label token with 8, then padding (error 100, never counted).
+    # "example" (open-unlearning, default): mean(mean(1, 3), 8) = (2 + 8)/2 = 5; "token": (1 + 3 + 8)/3 = 4
+    h = torch.tensor([[[1.0, 1.0], [1.0, 2.2360679774997896964], [0.0, 0.0]],
+                      [[4.0, 0.0], [10.0, 10.0], [0.0, 0.0]]], dtype=torch.float64)
+    # per-token MSE: (1+1)/2 = 1, (1+5)/2 = 3, 0 | (16+0)/2 = 8, 100, 0
+    labels = [[3, 4, -100], [5, -100, -100]]
+    pol, ref = _hidden_stats(h, labels), _hidden_stats(torch.zeros_like(h), labels)
+    fn = RETAIN.get("hidden_mse").fn
+    assert fn(pol, ref, layer=0).item() == pytest.approx(5.0, abs=1e-9)
+    assert fn(pol, ref, layer=0, reduction="token").item() == pytest.approx(4.0, abs=1e-9)
+    pol.hidden_total = 6.0  # the loop's step-wide count replaces the batch's 3 label tokens
+    assert fn(pol, ref, layer=0, reduction="token").item() == pytest.approx(2.0, abs=1e-9)
+
+
+def test_rmu_trains_only_the_chosen_parameters(small_world, small_tok, memorised):
     import copy
 
     from obliviate.config import MethodConfig, TrainConfig
     from obliviate.train.unlearn import unlearn
 
-    student = copy.deepcopy(memorised)
-    before = {n: p.clone() for n, p in student.named_parameters()}
-    unlearn(student, small_tok, small_world.splits["forget10"], small_world.splits["retain90"],
-            MethodConfig(forget="rmu", forget_args={"layer": 1, "steering_coef": 2.0}, retain="hidden_mse",
-                         retain_args={"layer": 1}, alpha=10.0),
-            TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
-    changed = {n for n, p in student.named_parameters() if not torch.equal(p, before[n])}
-    assert changed and all(".layers." in n for n in changed)  # default trainable layers: layer-2..layer = 0, 1
-    frozen = copy.deepcopy(memorised)
-    before = {n: p.clone() for n, p in frozen.named_parameters()}
-    unlearn(frozen, small_tok, small_world.splits["forget10"], small_world.splits["retain90"],
-            MethodConfig(forget="rmu", forget_args={"layer": 1, "trainable_layers": [1]}, retain=None),
-            TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
-    changed = {n for n, p in frozen.named_parameters() if not torch.equal(p, before[n])}
-    assert changed and all(".layers.1." in n for n in changed)
+    def changed_by(forget_args, retain_args=None, retain=None):
+        model = copy.deepcopy(memorised)
+        before = {n: p.clone() for n, p in model.named_parameters()}
+        unlearn(model, small_tok, small_world.splits["forget10"], small_world.splits["retain90"],
+                MethodConfig(forget="rmu", forget_args=forget_args, retain=retain, retain_args=retain_args or {},
+                             alpha=10.0),
+                TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
+        return {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+
+    # default "wmdp": mlp.down_proj.weight of layers layer-2..layer = 0, 1 (WMDP: param_ids [6] of layers 5-7)
+    assert changed_by({"layer": 1, "steering_coef": 2.0}, {"layer": 1}, "hidden_mse") == {
+        "model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"}
+    changed = changed_by({"layer": 1, "trainable_layers": [1], "trainable_params": "layers"})
+    assert changed and all(n.startswith("model.layers.1.") for n in changed) and len(changed) > 1
+    assert changed_by({"layer": 1, "trainable_params": [r"model\.layers\.0\.self_attn\.o_proj\.weight"]}) == {
+        "model.layers.0.self_attn.o_proj.weight"}

@@ -8,10 +8,14 @@ Sources (`load_texts(source, split)`):
   files (one document each); a split may name a sub-folder, "raw/forget" -> `<dir>/raw/forget.jsonl`,
   which mirrors the MUSE hub configs (see obliviate.eval.muse);
 - a directory without a split: every `*.txt` in it, sorted by name, one document each;
+- a split written with its extension ("raw/forget.txt") names that one file, even when a .jsonl or
+  .json of the same name exists (without an extension .jsonl wins, then .json, then .txt);
 - a hub id "owner/name" (e.g. muse-bench/MUSE-News) with split "config/split" ("raw/forget") or
   `config=` and split, through datasets.load_dataset; rows need a string "text" field.
-Empty or whitespace-only documents, a missing / non-string "text" and an empty corpus are DataErrors
-naming file:line (JSONL), file item i (JSON) or hub row i.
+A missing / non-string "text" and an empty corpus are DataErrors naming file:line (JSONL), file item i
+(JSON) or hub row i. Empty or whitespace-only documents are DataErrors too, unless the caller passes a
+`skipped` list: then they are left out and their locations appended to it (MUSE-News raw/forget.json
+holds one empty document, item 821), so the caller can report how many were skipped.
 
 Chunking (`chunk_texts`): each document becomes [BOS] + its tokens (no EOS), cut into consecutive
 windows of `max_length` tokens (stride = max_length, no overlap). Every token is a label (no prompt
@@ -25,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from obliviate.data.rows import parse_file
+from obliviate.data.rows import read_records
 from obliviate.data.tokenize import Encoded
 from obliviate.errors import DataError
 
@@ -48,30 +52,64 @@ def text_from_record(rec: Any, where: str) -> str:
     return rec
 
 
-def read_text_file(path: Path) -> list[str]:
-    """Documents of one .txt (the whole file), .jsonl or .json file; an empty file is an error."""
+def is_blank_document(rec: Any) -> bool:
+    """True for a whitespace-only string or an object whose "text" is one (the empty documents skipped on request)."""
+    text = rec.get("text") if isinstance(rec, dict) else rec
+    return isinstance(text, str) and not text.strip()
+
+
+def texts_from_records(records: Sequence[tuple[str, Any]], skipped: list[str] | None = None) -> list[str]:
+    """Documents of (where, record) pairs; with a `skipped` list, blank documents are left out and their
+    locations appended to it, else they are DataErrors."""
+    out = []
+    for where, rec in records:
+        if skipped is not None and is_blank_document(rec):
+            skipped.append(where)
+            continue
+        out.append(text_from_record(rec, where))
+    return out
+
+
+def _txt_record(path: Path) -> list[tuple[str, Any]]:
+    """The one (where, document) record of a .txt file."""
+    try:
+        return [(str(path), path.read_text(encoding="utf-8"))]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+
+
+def read_text_file(path: Path, skipped: list[str] | None = None) -> list[str]:
+    """Documents of one .txt (the whole file), .jsonl or .json file; an empty file is an error.
+    `skipped`: see texts_from_records."""
     if path.suffix not in TEXT_SUFFIXES:
         raise DataError(f"{path}: unsupported raw-text file type {path.suffix!r}; "
                         f"use one of {', '.join(TEXT_SUFFIXES)}")
-    if path.suffix == ".txt":
-        try:
-            return [text_from_record(path.read_text(encoding="utf-8"), str(path))]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"cannot read {path}: {exc}") from None
-    return parse_file(path, text_from_record, "the corpus is empty; it needs at least one document")
+    records = _txt_record(path) if path.suffix == ".txt" else read_records(path)
+    docs = texts_from_records(records, skipped)
+    if not docs:
+        blank = sum(is_blank_document(r) for _, r in records)
+        raise DataError(f"{path}: the corpus is empty; it needs at least one document"
+                        + (f" ({blank} empty document(s) skipped)" if blank else ""))
+    return docs
 
 
-def _txt_dir(directory: Path) -> list[str]:
+def _txt_dir(directory: Path, skipped: list[str] | None = None) -> list[str]:
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix == ".txt")
     if not files:
         raise DataError(f"{directory}: no .txt documents in this directory (name a split to read "
                         f"<split>.jsonl / <split>.json / <split>.txt instead)")
-    return [doc for f in files for doc in read_text_file(f)]
+    out = texts_from_records([rec for f in files for rec in _txt_record(f)], skipped)
+    if not out:
+        raise DataError(f"{directory}: the corpus is empty; every .txt document in it is empty")
+    return out
 
 
 def split_source(directory: Path, split: str) -> Path:
-    """The file (or folder of .txt files) of `split` in `directory`; `split` may hold '/' (raw/forget)."""
+    """The file (or folder of .txt files) of `split` in `directory`; `split` may hold '/' (raw/forget) and may
+    end in its extension (raw/forget.txt) to pick that file over a .jsonl / .json of the same name."""
     base = directory / split
+    if base.suffix in TEXT_SUFFIXES and base.is_file():
+        return base
     for ext in TEXT_SUFFIXES:
         cand = base.with_name(base.name + ext)
         if cand.is_file():
@@ -84,7 +122,7 @@ def split_source(directory: Path, split: str) -> Path:
                     f"{split}/ folder of .txt files); splits there: {', '.join(have) or 'none'}")
 
 
-def load_hub_texts(repo_id: str, config: str | None, split: str) -> list[str]:
+def load_hub_texts(repo_id: str, config: str | None, split: str, skipped: list[str] | None = None) -> list[str]:
     """Documents of `split` of hub dataset `repo_id` (config e.g. "raw") via datasets.load_dataset."""
     import datasets  # heavy import, only on this path
 
@@ -94,7 +132,7 @@ def load_hub_texts(repo_id: str, config: str | None, split: str) -> list[str]:
         raise DataError(f"could not load {repo_id!r} config {config!r} split {split!r} from the hub: {exc}. "
                         "Offline? Point the source at a local directory in the same layout instead.") from None
     name = f"{repo_id}/{config}/{split}" if config else f"{repo_id}/{split}"
-    docs = [text_from_record(dict(rec), f"{name} row {i}") for i, rec in enumerate(ds)]
+    docs = texts_from_records([(f"{name} row {i}", dict(rec)) for i, rec in enumerate(ds)], skipped)
     if not docs:
         raise DataError(f"{name}: the corpus is empty")
     return docs
@@ -105,22 +143,26 @@ def is_hub_id(source: str) -> bool:
     return source.count("/") == 1 and not source.startswith((".", "/", "~")) and not Path(source).exists()
 
 
-def load_texts(source: str | Path, split: str | None = None, *, config: str | None = None) -> list[str]:
-    """Raw documents from a file, a directory (+ split), or a hub id + "config/split" (module docstring)."""
+def load_texts(source: str | Path, split: str | None = None, *, config: str | None = None,
+               skipped: list[str] | None = None) -> list[str]:
+    """Raw documents from a file, a directory (+ split), or a hub id + "config/split" (module docstring).
+
+    skipped: when a list, empty documents are left out and their locations appended (else a DataError).
+    """
     path = Path(source)
     if path.is_file():
-        return read_text_file(path)
+        return read_text_file(path, skipped)
     if path.is_dir():
         if not split:
-            return _txt_dir(path)
+            return _txt_dir(path, skipped)
         target = split_source(path / config if config else path, split)
-        return _txt_dir(target) if target.is_dir() else read_text_file(target)
+        return _txt_dir(target, skipped) if target.is_dir() else read_text_file(target, skipped)
     if is_hub_id(str(source)):
         if not split:
             raise DataError(f"hub dataset {source!r} needs a split, e.g. 'raw/forget' (config/split)")
         if config is None and "/" in split:
             config, split = split.split("/", 1)
-        return load_hub_texts(str(source), config, split)
+        return load_hub_texts(str(source), config, split, skipped)
     raise DataError(f"text source {str(source)!r} is neither a file, a directory, nor a hub dataset id "
                     "(owner/name with a 'config/split')")
 

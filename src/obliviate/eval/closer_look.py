@@ -14,7 +14,9 @@ Six numbers per split, built on tofu.py's SplitResult (nothing is generated twic
   generation ("does the output follow from the answer?").
 MU = hmean of the 18 numbers on retain/ra/wf; FE = 1 - mean of the five forget numbers other than
 Token Entropy (all five are "higher = still remembered"). A component whose model cannot be loaded
-is left out, never replaced: `mu_components` / `fe_components` list what went in, notes say why.
+is left out, never replaced: `mu` / `fe` are then null and the aggregate over what is present is
+reported as `mu_partial` / `fe_partial` (never under the full name); `mu_components` /
+`fe_components` list what went in, notes say what is missing and why.
 Gold text for cosine/NLI is the row's answer unless `golds` says otherwise (the authors used a
 full-sentence `original_answer` on ra/wf, which TOFU's files lack; ROUGE stays against the answer).
 """
@@ -42,6 +44,11 @@ FE_PARTS: tuple[str, ...] = tuple(p for p in PARTS if p != "token_entropy")
 MU_KEYS: tuple[str, ...] = tuple(f"{s}_{p}" for s in UTILITY_SPLITS for p in PARTS)
 FE_KEYS: tuple[str, ...] = tuple(f"forget_{p}" for p in FE_PARTS)
 ENTAIL_MIN_ROUGE = 0.1
+# The authors' evaluation protocol (sail-sg/closer-look-LLM-unlearning config/tofu.yaml): `ds_size: 300` rows of
+# each split, and `generation.max_length: 200` with max_new_tokens null, i.e. prompt + answer <= 200 tokens in
+# generate() and in the scored QA sequences (metrics.py builds its TextDatasetQA with that max_length).
+PROTOCOL_ROWS = 300
+PROTOCOL_MAX_LENGTH = 200
 GENERATION_IS_PREMISE = {"forget": True, "retain": False, "real_authors": False, "world_facts": False}
 COMPONENT = {"cosine_similarity": ("embedding", "Cosine Similarity"),
              "entailment_score": ("nli", "Entailment Score")}
@@ -262,7 +269,8 @@ def closer_look_split(result: SplitResult, lm_tokenizer: Any, models: CloserLook
 def evaluate_closer_look(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARow]], *,
                          models: CloserLookModels, tofu_results: Mapping[str, SplitResult] | None = None,
                          golds: Mapping[str, Sequence[str]] | None = None, max_new_tokens: int = 200,
-                         batch_size: int = 16, max_length: int = 256) -> dict[str, Any]:
+                         batch_size: int = 16, max_length: int = 256,
+                         max_total_tokens: int | None = None) -> dict[str, Any]:
     """Closer-look FE, MU and the six numbers per split; tofu_results are reused, missing ones evaluated."""
     unknown = sorted(set(splits) - set(KINDS))
     if unknown or not splits:
@@ -274,7 +282,8 @@ def evaluate_closer_look(model: Any, tokenizer: Any, splits: Mapping[str, Sequen
         res = (tofu_results or {}).get(kind)
         if res is None:
             res = evaluate_split(model, tokenizer, rows, kind=kind,  # type: ignore[arg-type]
-                                 max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length)
+                                 max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length,
+                                 max_total_tokens=max_total_tokens)
         elif len(res.generations) != len(rows) or res.kind != kind:
             raise ValueError(f"tofu_results[{kind!r}] is a {res.kind!r} result of {len(res.generations)} rows; "
                              f"the split has {len(rows)}")
@@ -290,16 +299,28 @@ def evaluate_closer_look(model: Any, tokenizer: Any, splits: Mapping[str, Sequen
     return out
 
 
-def _aggregate(values: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """MU and FE over what is present, labelled with their components (appends to notes when incomplete)."""
-    mu, mu_used = model_utility_mu(values)
-    fe, fe_used = forget_efficacy(values)
-    for name, used, keys in (("MU", mu_used, MU_KEYS), ("FE", fe_used, FE_KEYS)):
-        if len(used) < len(keys):
+def partial_aggregates(values: Mapping[str, float | None]) -> tuple[dict[str, Any], list[str]]:
+    """MU and FE under their names only when complete; else null there and the aggregate over what is present
+    as mu_partial / fe_partial, with one note each naming what was left out. -> (keys, notes)."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, (value, used), keys in (("mu", model_utility_mu(values), MU_KEYS),
+                                      ("fe", forget_efficacy(values), FE_KEYS)):
+        complete = len(used) == len(keys)
+        out |= {name: value if complete else None, f"{name}_partial": None if complete else value,
+                f"{name}_components": used, f"{name}_complete": complete}
+        if not complete:
             absent = [k for k in keys if k not in used]
-            notes.append(f"{name} over {len(used)} of {len(keys)} numbers; left out: {', '.join(absent)}")
-    return {"mu": mu, "mu_components": mu_used, "mu_complete": len(mu_used) == len(MU_KEYS),
-            "fe": fe, "fe_components": fe_used, "fe_complete": len(fe_used) == len(FE_KEYS)}
+            notes.append(f"{name} is null (incomplete): {name}_partial is over {len(used)} of {len(keys)} numbers; "
+                         f"left out: {', '.join(absent)}")
+    return out, notes
+
+
+def _aggregate(values: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """partial_aggregates, its notes appended to `notes`."""
+    out, more = partial_aggregates(values)
+    notes.extend(more)
+    return out
 
 
 _DOC = {"cl_truth_ratio": "mean(max(0, 1 - 1/R)), R = 1/TOFU TR (= TOFU <split>_truth_ratio)",
@@ -311,8 +332,14 @@ _FORGET_TR_DOC = "1 - mean(min(R, 1/R)), R = 1/TOFU TR (= 1 - TOFU forget_truth_
 
 def _build_metrics() -> dict[str, MetricInfo]:
     """CLOSER_LOOK_METRICS: on the forget set all but token entropy are lower-is-better; elsewhere higher."""
-    infos = [MetricInfo("fe", True, 1, "closer-look forget efficacy: 1 - mean of the 5 forget numbers but entropy"),
-             MetricInfo("mu", True, 1, "closer-look model utility: hmean of 6 numbers x {retain, ra, wf}")]
+    infos = [MetricInfo("fe", True, 2, "closer-look forget efficacy: 1 - mean of the 5 forget numbers but entropy; "
+                                       "null unless all 5 are present"),
+             MetricInfo("mu", True, 2, "closer-look model utility: hmean of 6 numbers x {retain, ra, wf}; null "
+                                       "unless all 18 are present"),
+             MetricInfo("fe_partial", True, 1, "FE over the forget numbers present when some are missing (no "
+                                               "embedding / NLI model): NOT the closer-look FE; see fe_components"),
+             MetricInfo("mu_partial", True, 1, "MU over the numbers present when some are missing (no embedding / "
+                                               "NLI model): NOT the closer-look MU; see mu_components")]
     for s in KINDS:
         for p in PARTS:
             name, up = f"{s}_{p}", s != "forget" or p == "token_entropy"

@@ -76,9 +76,17 @@ def decode_continuations(tokenizer: Any, new_ids: Tensor, eos_ids: Sequence[int]
     return out
 
 
+def cap_rows(new_ids: Tensor, caps: Sequence[int], fill: int) -> Tensor:
+    """Generated ids [B, L] with row i's ids from position caps[i] on set to `fill` (an EOS: decoding cuts there)."""
+    out = new_ids.clone()
+    for i, cap in enumerate(caps):
+        out[i, max(cap, 0):] = fill
+    return out
+
+
 def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int,
-                  eos_ids: list[int]) -> list[str]:
-    """Greedy continuations of one batch of prompt ids (left padded, KV cache)."""
+                  eos_ids: list[int], caps: Sequence[int] | None = None) -> list[str]:
+    """Greedy continuations of one batch of prompt ids (left padded, KV cache); row i keeps <= caps[i] new ids."""
     enc = [Encoded(p, [IGNORE_INDEX] * len(p), False) for p in prompts]
     batch = collate(enc, pad_id(tokenizer), left=True)
     device = model_device(model)
@@ -96,21 +104,39 @@ def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_
         eos_token_id=eos_ids,
     )
     width = batch["input_ids"].shape[1]
-    return decode_continuations(tokenizer, out[:, width:].cpu(), eos_ids)
+    new_ids = out[:, width:].cpu()
+    return decode_continuations(tokenizer, new_ids if caps is None else cap_rows(new_ids, caps, eos_ids[0]), eos_ids)
+
+
+def answer_budgets(prompt_lengths: Sequence[int], max_new_tokens: int, max_total_tokens: int | None) -> list[int]:
+    """New tokens each prompt may get: max_new_tokens, or max_total_tokens - prompt length when that total is
+    set (HF generate's max_length, as the closer-look authors generate; <= 0 = no room). [N] -> [N]."""
+    if max_total_tokens is None:
+        return [max_new_tokens] * len(prompt_lengths)
+    return [max_total_tokens - n for n in prompt_lengths]
 
 
 @torch.no_grad()
 def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, max_new_tokens: int = 200,
-                     batch_size: int = 16) -> list[str]:
-    """Greedy answers to `questions` (METRICS.md "Generation"; TOFU uses 200 new tokens), in input order."""
+                     batch_size: int = 16, max_total_tokens: int | None = None) -> list[str]:
+    """Greedy answers to `questions` (METRICS.md "Generation"; TOFU uses 200 new tokens), in input order.
+
+    max_total_tokens (closer-look: 200) bounds prompt + answer per row instead; a prompt that fills it gets "".
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     prompts = [prompt_ids(tokenizer, q) for q in questions]
+    budgets = answer_budgets([len(p) for p in prompts], max_new_tokens, max_total_tokens)
     eos_ids = stop_ids(model, tokenizer)
     answers = [""] * len(prompts)
     with eval_mode(model):
         for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
-            texts = _greedy_batch(model, tokenizer, [prompts[i] for i in idx], max_new_tokens, eos_ids)
+            idx = [i for i in idx if budgets[i] >= 1]
+            if not idx:
+                continue
+            caps = None if max_total_tokens is None else [budgets[i] for i in idx]
+            texts = _greedy_batch(model, tokenizer, [prompts[i] for i in idx], max(budgets[i] for i in idx),
+                                  eos_ids, caps)
             for i, text in zip(idx, texts):
                 answers[i] = text
     return answers

@@ -1,10 +1,14 @@
 """TOFU memorisation extras and MUSE PrivLeak (METRICS.md "TOFU", "Also reported", and "MUSE").
 
 Extraction strength and exact memorisation both come from one teacher-forced pass: `correct[t]` says whether
-answer token t (EOS included, as `avg_loss` counts it) is the argmax given the gold prefix. With N answer
-tokens, ES = 1 - k/N for the smallest k in 0..N such that every token at position >= k is correct; k = N (an
-empty rest) always qualifies, so ES = 0 when the last token is wrong. (open-unlearning's loop stops at
-k = N - 1 and reports 1/N in that case; we report 0.) EM = mean(correct).
+answer token t is the argmax given the gold prefix. Which tokens count follows `token_rule` (mia.TOKEN_RULES):
+  open_unlearning (default, as open-unlearning's src/evals/metrics/memorization.py): the answer without its
+      last token (the EOS), and ES = 1 - k/N for the smallest k in 0..N-1 whose rest is all correct, k = N - 1
+      when none is (their loop falls through at its last k), so ES >= 1/N;
+  all_tokens: every token avg_loss counts, EOS included, and k ranges over 0..N (k = N, an empty rest,
+      always qualifies), so ES = 0 when the last token is wrong.
+EM = mean(correct) under either rule. A model that only ever predicts EOS has EM 0 under open_unlearning and
+1/N under all_tokens.
 
 PrivLeak (MUSE, Shi et al. 2024) = (AUC_unlearned - AUC_retrain) / AUC_retrain x 100 with MUSE's AUC
 orientation: AUC = P(score_forget > score_holdout) of Min-K% (k = 0.4) scores (higher = less likely a member),
@@ -18,17 +22,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from obliviate.data.rows import QARow
-from obliviate.eval.mia import DEFAULT_K, Item, TokenScores, mia_auc, min_k_score, token_scores
+from obliviate.eval.mia import (DEFAULT_K, DEFAULT_TOKEN_RULE, Item, TokenScores, keeps_last_token, mia_auc,
+                                min_k_score, token_scores)
 from obliviate.eval.tofu import MetricInfo
 
 DEFAULT_AUC_RETRAIN = 0.5
 
 MEMORIZATION_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
-    MetricInfo("forget_extraction_strength", False, 1,
+    MetricInfo("forget_extraction_strength", False, 2,
                "forget set: mean 1 - k/N, k the shortest gold prefix after which teacher-forced argmax "
-               "reproduces the rest of the answer (0 when the last token is wrong)"),
-    MetricInfo("forget_exact_memorization", False, 1,
-               "forget set: mean share of answer tokens that are the argmax given the gold prefix"),
+               "reproduces the rest of the answer (eval.token_rule: open_unlearning drops the EOS, ES >= 1/N)"),
+    MetricInfo("forget_exact_memorization", False, 2,
+               "forget set: mean share of answer tokens that are the argmax given the gold prefix "
+               "(eval.token_rule: open_unlearning drops the EOS)"),
     # The best PrivLeak is 0, not an extreme: higher_is_better cannot say that (as in eval/muse.py).
     MetricInfo("privleak", False, 1,
                "SIGNED MUSE PrivLeak (AUC - AUC_retrain)/AUC_retrain x 100; ideal 0, negative = under-unlearning "
@@ -48,12 +54,15 @@ def _correct(correct: np.ndarray) -> np.ndarray:
     return c.astype(bool)
 
 
-def extraction_strength_from_correct(correct: np.ndarray) -> float:
-    """TOFU extraction strength 1 - k/N, k = smallest prefix length with all tokens >= k correct. [N] -> scalar."""
+def extraction_strength_from_correct(correct: np.ndarray, *, empty_rest: bool = False) -> float:
+    """Extraction strength 1 - k/N, k = smallest prefix length with all tokens >= k correct. [N] -> scalar.
+
+    empty_rest False (open-unlearning): k <= N - 1, so ES >= 1/N; True: k = N allowed, ES 0 if the last is wrong.
+    """
     c = _correct(correct)
     wrong = np.flatnonzero(~c)
     k = 0 if wrong.size == 0 else int(wrong[-1]) + 1  # the rest must start after the last wrong token
-    return 1.0 - k / c.size
+    return 1.0 - (k if empty_rest else min(k, c.size - 1)) / c.size
 
 
 def exact_memorization_from_correct(correct: np.ndarray) -> float:
@@ -89,16 +98,19 @@ def _pairs(rows: Sequence[QARow | Item]) -> list[QARow | Item]:
 
 
 def extraction_strength(model: Any, tokenizer: Any, rows: Sequence[QARow | Item], *, batch_size: int = 16,
-                        max_length: int = 256) -> np.ndarray:
+                        max_length: int = 256, token_rule: str = DEFAULT_TOKEN_RULE) -> np.ndarray:
     """Per-example TOFU extraction strength of the answers (one teacher-forced pass per batch) -> [N]."""
-    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False)
-    return np.array([extraction_strength_from_correct(c) for c in ts.correct])
+    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False,
+                      token_rule=token_rule)
+    return np.array([extraction_strength_from_correct(c, empty_rest=keeps_last_token(token_rule))
+                     for c in ts.correct])
 
 
 def exact_memorization(model: Any, tokenizer: Any, rows: Sequence[QARow | Item], *, batch_size: int = 16,
-                       max_length: int = 256) -> np.ndarray:
+                       max_length: int = 256, token_rule: str = DEFAULT_TOKEN_RULE) -> np.ndarray:
     """Per-example TOFU exact memorisation of the answers (one teacher-forced pass per batch) -> [N]."""
-    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False)
+    ts = token_scores(model, tokenizer, _pairs(rows), batch_size=batch_size, max_length=max_length, moments=False,
+                      token_rule=token_rule)
     return np.array([exact_memorization_from_correct(c) for c in ts.correct])
 
 
@@ -108,21 +120,30 @@ def _min_k_auc(ts: TokenScores, n_forget: int, k: float) -> float:
 
 
 def min_k_privleak_auc(model: Any, tokenizer: Any, forget: Sequence[QARow | Item], holdout: Sequence[QARow | Item],
-                       *, k: float = DEFAULT_K, batch_size: int = 16, max_length: int = 256) -> float:
-    """MUSE's PrivLeak AUC of Min-K% scores, forget vs holdout (rows, pairs or raw texts) -> scalar."""
+                       *, k: float = DEFAULT_K, batch_size: int = 16, max_length: int = 256,
+                       token_rule: str = DEFAULT_TOKEN_RULE) -> float:
+    """PrivLeak AUC of Min-K% scores, forget vs holdout (rows, pairs or raw texts cut at max_length) -> scalar.
+
+    MUSE's own PrivLeak scores whole documents: see muse.muse_min_k_auc.
+    """
     items = _pairs(forget) + _pairs(holdout)
-    ts = token_scores(model, tokenizer, items, batch_size=batch_size, max_length=max_length, moments=False)
+    ts = token_scores(model, tokenizer, items, batch_size=batch_size, max_length=max_length, moments=False,
+                      token_rule=token_rule)
     return _min_k_auc(ts, len(forget), k)
 
 
-def forget_memorization(correct: Sequence[np.ndarray]) -> dict[str, float]:
-    """Mean extraction strength and exact memorisation over examples' per-token correctness vectors."""
-    return {"forget_extraction_strength": float(np.mean([extraction_strength_from_correct(c) for c in correct])),
+def forget_memorization(correct: Sequence[np.ndarray], *, token_rule: str = DEFAULT_TOKEN_RULE) -> dict[str, float]:
+    """Mean extraction strength and exact memorisation over examples' per-token correctness vectors
+    (already cut by `token_scores` under the same token_rule)."""
+    rest = keeps_last_token(token_rule)
+    return {"forget_extraction_strength": float(np.mean([extraction_strength_from_correct(c, empty_rest=rest)
+                                                         for c in correct])),
             "forget_exact_memorization": float(np.mean([exact_memorization_from_correct(c) for c in correct]))}
 
 
 def memorization_from_scores(ts: TokenScores, n_forget: int, *, retrain_ts: TokenScores | None = None,
-                             auc_retrain: float | None = None, k: float = DEFAULT_K) -> dict[str, Any]:
+                             auc_retrain: float | None = None, k: float = DEFAULT_K,
+                             token_rule: str = DEFAULT_TOKEN_RULE) -> dict[str, Any]:
     """ES, EM and PrivLeak from TokenScores of forget + holdout (first `n_forget` rows are the forget set);
     `retrain_ts` (a retrained model's scores on the same rows) gives PrivLeak's reference AUC."""
     if retrain_ts is not None and auc_retrain is not None:
@@ -132,12 +153,13 @@ def memorization_from_scores(ts: TokenScores, n_forget: int, *, retrain_ts: Toke
     auc = _min_k_auc(ts, n_forget, k)
     value, note = privleak(auc, auc_retrain)
     return {
-        **forget_memorization(ts.correct[:n_forget]),
+        **forget_memorization(ts.correct[:n_forget], token_rule=token_rule),
         "privleak": value,
         "privleak_abs": abs(value),
         "privleak_auc": auc,
         "privleak_auc_retrain": auc_retrain,
         "privleak_k": k,
+        "token_rule": token_rule,
         "n_forget": n_forget,
         "n_holdout": len(ts.correct) - n_forget,
         "notes": [note] if note else [],
@@ -147,12 +169,13 @@ def memorization_from_scores(ts: TokenScores, n_forget: int, *, retrain_ts: Toke
 def evaluate_memorization(model: Any, tokenizer: Any, forget_rows: Sequence[QARow | Item],
                           holdout_rows: Sequence[QARow | Item], *, retain_model: Any = None,
                           auc_retrain: float | None = None, k: float = DEFAULT_K, batch_size: int = 16,
-                          max_length: int = 256) -> dict[str, Any]:
+                          max_length: int = 256, token_rule: str = DEFAULT_TOKEN_RULE) -> dict[str, Any]:
     """Forget-set ES and EM and PrivLeak (Min-K% forget vs holdout; retain model's AUC or a given one, else 0.5)."""
     if retain_model is not None and auc_retrain is not None:
         raise ValueError("give either retain_model or auc_retrain, not both")
     items = _pairs(forget_rows) + _pairs(holdout_rows)
-    kw = {"batch_size": batch_size, "max_length": max_length, "moments": False}
+    kw = {"batch_size": batch_size, "max_length": max_length, "moments": False, "token_rule": token_rule}
     ts = token_scores(model, tokenizer, items, **kw)
     retrain_ts = token_scores(retain_model, tokenizer, items, **kw) if retain_model is not None else None
-    return memorization_from_scores(ts, len(forget_rows), retrain_ts=retrain_ts, auc_retrain=auc_retrain, k=k)
+    return memorization_from_scores(ts, len(forget_rows), retrain_ts=retrain_ts, auc_retrain=auc_retrain, k=k,
+                                    token_rule=token_rule)

@@ -15,6 +15,16 @@ Encoding: a (prompt, answer) pair is tokenised by `encode_qa` (answer tokens + E
 `avg_loss` counts); a raw text (a str, or a pair whose prompt is "") is BOS + text tokens, all text tokens
 counted, no EOS added, cut at its right end to max_length (MUSE scores `tokenizer.encode(text)` the same way).
 A tokenizer without BOS cannot score the first text token. One forward per batch gives every attack.
+
+Last answer token (`token_rule`). open-unlearning (src/evals/metrics/utils.py, `tokenwise_logprobs` and
+`tokenwise_vocab_logprobs`: `nonzero(...)[0][:-1]`, "-1 to ignore eos prediction") drops the last labelled
+token, the EOS its template appends, from Min-K%, Min-K%++, exact memorisation and extraction strength,
+while its LOSS and zlib attacks (`evaluate_probability`) keep every token. TOKEN_RULES:
+  open_unlearning  (default) the same: logp / correct / mu / sigma of a (prompt, answer) pair lose their
+                   last counted token (kept when it is the only one); avg_loss keeps it
+  all_tokens       every token avg_loss counts, EOS included
+Raw texts are never cut: their reference is MUSE's code, which scores every token after BOS.
+Long raw texts can be scored whole in overlapping windows (`document_windows`, `document_logp`).
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ from sklearn.metrics import roc_auc_score
 from torch import Tensor
 
 from obliviate.data.rows import QARow
+from obliviate.data.text import document_ids
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
 from obliviate.eval.tofu import MetricInfo
@@ -37,19 +48,25 @@ from obliviate.modeling.logprobs import IGNORE_INDEX, TokenStats, forward_stats
 Item = Union[str, tuple[str, str]]
 ATTACKS: tuple[str, ...] = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
 DEFAULT_K = 0.4  # MUSE's PrivLeak uses Min-40%
-SIGMA_FLOOR = 1e-8  # a one-hot next-token distribution has sigma 0; its z-scores stay finite
+# A one-hot next-token distribution has sigma 0; open-unlearning clamps the variance at 1e-6 (min_k_plus_plus.py),
+# i.e. sigma at 1e-3, so z-scores stay finite and equal theirs.
+SIGMA_FLOOR = 1e-3
+TOKEN_RULES: tuple[str, ...] = ("open_unlearning", "all_tokens")
+DEFAULT_TOKEN_RULE = "open_unlearning"
 
 
-def _auc_info(attack: str, what: str) -> MetricInfo:
-    return MetricInfo(f"mia_{attack}_auc", False, 1,
+def _auc_info(attack: str, what: str, version: int = 1) -> MetricInfo:
+    return MetricInfo(f"mia_{attack}_auc", False, version,
                       f"{what}; AUC = P(score_nonmember > score_member) (0.5 = cannot tell; 1 = members exposed)")
 
 
 MIA_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
-    _auc_info("loss", "LOSS attack, score avg_loss"),
+    _auc_info("loss", "LOSS attack, score avg_loss (every answer token)"),
     _auc_info("zlib", "zlib attack, score avg_loss / zlib-compressed bytes of the text"),
-    _auc_info("min_k", "Min-K% attack (Shi et al. 2024), score -mean of the lowest k share of token log-probs"),
-    _auc_info("min_k_plus_plus", "Min-K%++ attack (Zhang et al. 2024), Min-K% on standardised log-probs"),
+    _auc_info("min_k", "Min-K% attack (Shi et al. 2024), score -mean of the lowest k share of token log-probs "
+              "(eval.token_rule: open_unlearning drops the answer's EOS)", 2),
+    _auc_info("min_k_plus_plus", "Min-K%++ attack (Zhang et al. 2024), Min-K% on standardised log-probs "
+              "(eval.token_rule: open_unlearning drops the answer's EOS)", 2),
     _auc_info("reference", "reference attack, score avg_loss - reference model's avg_loss; absent without one"),
 )}
 
@@ -160,6 +177,45 @@ def encode_item(tokenizer: Any, item: Item, max_length: int) -> Encoded:
     return encode_qa(tokenizer, prompt, answer, max_length)
 
 
+def keeps_last_token(token_rule: str) -> bool:
+    """True for 'all_tokens', False for 'open_unlearning' (TOKEN_RULES); ValueError for any other rule."""
+    if token_rule not in TOKEN_RULES:
+        raise ValueError(f"unknown token_rule {token_rule!r}; valid rules: {', '.join(TOKEN_RULES)}")
+    return token_rule == "all_tokens"
+
+
+def drop_last_token(x: np.ndarray) -> np.ndarray:
+    """open-unlearning's cut (utils.py `[:-1]`): all counted tokens but the last; a lone token is kept. [n] -> [n-1]."""
+    return x[:-1] if len(x) >= 2 else x
+
+
+def _is_pair(item: Item) -> bool:
+    """A (prompt, answer) pair scored through encode_qa (its last counted token is the appended EOS)."""
+    return not isinstance(item, str) and item[0] != ""
+
+
+def document_windows(ids: Sequence[int], window: int, stride: int) -> list[Encoded]:
+    """Windows ids[j*stride : j*stride + window] that together score every id after the first exactly once.
+
+    Each window labels only ids past the previous window's end, so after the first window every scored id has
+    at least window - stride ids of context (sliding-window perplexity). ids [L] -> ceil-many windows.
+    """
+    if not 1 <= stride < window:
+        raise ValueError(f"need 1 <= stride < window, got stride={stride}, window={window}")
+    if len(ids) < 2:
+        raise ValueError(f"a document needs at least 2 tokens to score one, got {len(ids)}")
+    out: list[Encoded] = []
+    done, start = 1, 0
+    while True:
+        end = min(start + window, len(ids))
+        chunk = list(ids[start:end])
+        out.append(Encoded(chunk, [t if start + i >= done else IGNORE_INDEX for i, t in enumerate(chunk)],
+                           len(ids) > window))
+        if end == len(ids):
+            return out
+        done, start = end, start + stride
+
+
 def _rows(stats: TokenStats, moments: bool) -> list[tuple[np.ndarray, ...]]:
     """Per row of one batch: (logp, correct, mu, sigma) at counted positions (mu, sigma empty if not asked)."""
     mask = stats.mask.cpu()
@@ -173,11 +229,10 @@ def _rows(stats: TokenStats, moments: bool) -> list[tuple[np.ndarray, ...]]:
 
 
 @torch.no_grad()
-def token_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, batch_size: int = 16,
-                 max_length: int = 256, moments: bool = True) -> TokenScores:
-    """Everything every attack and memorisation metric needs, one forward per length-sorted batch -> TokenScores."""
-    its = [as_item(x) for x in items]
-    encoded = [encode_item(tokenizer, it, max_length) for it in its]
+def _score_encoded(model: Any, tokenizer: Any, encoded: Sequence[Encoded], batch_size: int, moments: bool,
+                   logp_only: bool = False) -> tuple[list[tuple[np.ndarray, ...]], np.ndarray]:
+    """(logp, correct, mu, sigma) at the counted positions of each Encoded, and avg_loss [N]; length-sorted batches.
+    logp_only: (logp,) alone, without keeping the [B, T, V] logits (long documents)."""
     n = len(encoded)
     per: list[tuple[np.ndarray, ...]] = [()] * n
     avg_loss = np.zeros(n, dtype=np.float64)
@@ -185,13 +240,54 @@ def token_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, b
     with eval_mode(model):
         for idx in chunks(length_order([len(e.input_ids) for e in encoded]), batch_size):
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
-            stats = forward_stats(model, batch, keep_logits=True)
+            stats = forward_stats(model, batch, keep_logits=not logp_only)
             avg_loss[list(idx)] = stats.nll.double().cpu().numpy()
-            for i, row in zip(idx, _rows(stats, moments)):
+            rows = ([(lp[m].double().numpy(),) for lp, m in zip(stats.token_logp.cpu(), stats.mask.cpu())]
+                    if logp_only else _rows(stats, moments))
+            for i, row in zip(idx, rows):
                 per[i] = row
+    return per, avg_loss
+
+
+def token_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, batch_size: int = 16,
+                 max_length: int = 256, moments: bool = True, token_rule: str = DEFAULT_TOKEN_RULE) -> TokenScores:
+    """Everything every attack and memorisation metric needs, one forward per length-sorted batch -> TokenScores.
+
+    token_rule 'open_unlearning' drops a pair's last counted token (EOS) from logp/correct/mu/sigma, not avg_loss.
+    """
+    keep = keeps_last_token(token_rule)
+    its = [as_item(x) for x in items]
+    per, avg_loss = _score_encoded(model, tokenizer, [encode_item(tokenizer, it, max_length) for it in its],
+                                   batch_size, moments)
+    per = [row if keep or not _is_pair(it) else tuple(drop_last_token(a) for a in row) for row, it in zip(per, its)]
     return TokenScores(logp=[p[0] for p in per], correct=[p[1].astype(bool) for p in per],
                        mu=[p[2] for p in per] if moments else None, sigma=[p[3] for p in per] if moments else None,
                        avg_loss=avg_loss, texts=[_zlib_text(it) for it in its])
+
+
+def document_logp(model: Any, tokenizer: Any, texts: Sequence[str], *, window: int | None, stride: int | None = None,
+                  max_tokens: int | None = None, batch_size: int = 8) -> tuple[list[np.ndarray], int]:
+    """Log-probs of every token after BOS of whole documents (MUSE's privleak scoring), windowed past `window`.
+
+    window None: one pass per document, however long; stride defaults to window // 2; max_tokens keeps only the
+    first ids (BOS included). -> ([n_i] per document, number of documents that needed more than one window).
+    """
+    docs = []
+    for text in texts:
+        ids = document_ids(tokenizer, text)
+        docs.append(ids[:max_tokens] if max_tokens else ids)
+    if any(len(ids) < 2 for ids in docs):
+        raise ValueError("a document gives fewer than 2 tokens: nothing to score (it needs a token after BOS)")
+    step = stride if stride is not None else (window // 2 if window else None)
+    wins = [document_windows(ids, window, step) if window and step and len(ids) > window  # type: ignore[arg-type]
+            else [Encoded(list(ids), [IGNORE_INDEX] + list(ids[1:]), False)] for ids in docs]
+    flat = [w for ws in wins for w in ws]
+    per, _ = _score_encoded(model, tokenizer, flat, batch_size, moments=False, logp_only=True)
+    out, pos = [], 0
+    for ws in wins:
+        out.append(np.concatenate([per[pos + j][0] for j in range(len(ws))]))
+        pos += len(ws)
+    return out, sum(len(ws) > 1 for ws in wins)
 
 
 # ---------------------------------------------------------------- scores and AUCs
@@ -211,9 +307,9 @@ def attack_scores(ts: TokenScores, *, k: float = DEFAULT_K,
 
 def mia_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, reference_model: Any = None,
                reference_tokenizer: Any = None, k: float = DEFAULT_K, batch_size: int = 16,
-               max_length: int = 256) -> dict[str, np.ndarray]:
+               max_length: int = 256, token_rule: str = DEFAULT_TOKEN_RULE) -> dict[str, np.ndarray]:
     """Per-example scores of every attack on `items` (higher = less likely a member) -> {attack: [N]}."""
-    ts = token_scores(model, tokenizer, items, batch_size=batch_size, max_length=max_length)
+    ts = token_scores(model, tokenizer, items, batch_size=batch_size, max_length=max_length, token_rule=token_rule)
     ref_loss = None
     if reference_model is not None:
         ref_loss = token_scores(reference_model, reference_tokenizer or tokenizer, items, batch_size=batch_size,
@@ -223,12 +319,12 @@ def mia_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, ref
 
 def evaluate_mia(model: Any, tokenizer: Any, members: Sequence[QARow | Item], nonmembers: Sequence[QARow | Item],
                  *, reference_model: Any = None, reference_tokenizer: Any = None, k: float = DEFAULT_K,
-                 batch_size: int = 16, max_length: int = 256) -> dict[str, Any]:
+                 batch_size: int = 16, max_length: int = 256, token_rule: str = DEFAULT_TOKEN_RULE) -> dict[str, Any]:
     """Every attack's AUC (MIA_METRICS) of members vs nonmembers; mia_reference_auc only with a reference model."""
     if not members or not nonmembers:
         raise ValueError(f"evaluate_mia needs members and nonmembers; got {len(members)} and {len(nonmembers)}")
     kw = dict(reference_model=reference_model, reference_tokenizer=reference_tokenizer, k=k,
-              batch_size=batch_size, max_length=max_length)
+              batch_size=batch_size, max_length=max_length, token_rule=token_rule)
     scores = mia_scores(model, tokenizer, list(members) + list(nonmembers), **kw)
     return mia_from_scores(scores, len(members), k=k)
 

@@ -17,10 +17,15 @@ KnowMem: "Question: {q}\\nAnswer: {a}\\n\\n" per ICL example, then "Question: {q
 the greedy answer (<= 32 new tokens, decoded and stripped) is cut at the first "\\n\\n", "\\nQuestion"
 or "Question:" (MUSE cuts before stripping: an answer opening with a blank line scores 0 there).
 Prompts are BOS + text (like MUSE's Llama tokenizer); generation is batched, left padded, cut at EOS.
+PrivLeak: Min-K% (k = 0.4) over every token after BOS of each whole document, as MUSE's privleak code
+(`tokenizer.encode(text)`, one forward, no truncation); a document longer than the model's context
+(or `window`) is scored in overlapping windows (mia.document_windows; stride window // 2 by default), each
+token once, and the result's notes say how many documents that took. Empty privleak documents are
+skipped with a note.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,10 +34,11 @@ import numpy as np
 import torch
 
 from obliviate.data.rows import QARow, read_records, row_from_record
-from obliviate.data.text import document_ids, is_hub_id, text_from_record
+from obliviate.data.text import document_ids, is_blank_document, is_hub_id, text_from_record
 from obliviate.errors import DataError
 from obliviate.eval.generate import _greedy_batch, chunks, eval_mode, length_order, stop_ids
-from obliviate.eval.memorization import privleak  # one definition, shared with TOFU
+from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
+from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
 from obliviate.eval.tofu import MetricInfo
 
 MUSE_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
@@ -83,14 +89,15 @@ class MuseData:
     privleak_forget: tuple[str, ...] = ()
     privleak_holdout: tuple[str, ...] = ()
     privleak_retain: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # locations of empty documents left out while loading
 
     def missing(self) -> list[str]:
         """Names of the empty parts."""
-        return [f.name for f in fields(self) if not getattr(self, f.name)]
+        return [name for name in PARTS if not getattr(self, name)]
 
     def head(self, n: int) -> "MuseData":
         """The first n items of every evaluated part (few-shot examples kept whole), for quick looks."""
-        cut = [f.name for f in fields(self) if not f.name.endswith("_icl")]
+        cut = [name for name in PARTS if not name.endswith("_icl")]
         return replace(self, **{name: getattr(self, name)[:n] for name in cut})
 
 
@@ -179,6 +186,27 @@ def knowmem_scores(model: Any, tokenizer: Any, rows: Sequence[QARow], icl: Seque
     return rouge_l_f1(answers, [r.answer for r in rows], use_stemmer=use_stemmer), answers, n_cut
 
 
+def muse_min_k_auc(model: Any, tokenizer: Any, forget: Sequence[str], holdout: Sequence[str], *, k: float = DEFAULT_K,
+                   window: int | None = None, stride: int | None = None, max_tokens: int | None = None,
+                   batch_size: int = 8, notes: list[str] | None = None) -> float:
+    """MUSE PrivLeak AUC (MUSE orientation) of Min-K% over whole documents, windowed past `window` tokens.
+
+    window None: the model's max_position_embeddings (None there: one pass however long). `notes` gets one line
+    saying what was scored (window, stride, documents that needed several windows).
+    """
+    limit = window or getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    step = stride if stride is not None else (limit // 2 if limit else None)
+    logps, n_windowed = document_logp(model, tokenizer, list(forget) + list(holdout), window=limit, stride=step,
+                                      max_tokens=max_tokens, batch_size=batch_size)
+    scores = np.array([min_k_score(lp, k) for lp in logps])
+    if notes is not None:
+        what = f"the first {max_tokens} tokens" if max_tokens else "whole documents"
+        notes.append(f"privleak: Min-{round(k * 100)}% over {what}; {n_windowed} of {len(logps)} documents longer "
+                     f"than the {limit}-token window, scored in windows of {limit} with stride {step}"
+                     if n_windowed else f"privleak: Min-{round(k * 100)}% over {what}, each in one pass")
+    return privleak_auc(scores[:len(forget)], scores[len(forget):])
+
+
 def evaluate_muse(model: Any, tokenizer: Any, data: MuseData, *, mia_auc_fn: MiaAucFn | None = None,
                   retrain_auc: float | None = None, verbmem_max_new_tokens: int = 128,
                   knowmem_max_new_tokens: int = 32, batch_size: int = 8, max_length: int | None = None,
@@ -190,6 +218,8 @@ def evaluate_muse(model: Any, tokenizer: Any, data: MuseData, *, mia_auc_fn: Mia
     """
     out: dict[str, Any] = {}
     notes: list[str] = []
+    if data.skipped:
+        notes.append(f"{len(data.skipped)} empty document(s) skipped while loading: {', '.join(data.skipped[:5])}")
     per_example: dict[str, Any] = {}
     kw = dict(batch_size=batch_size, max_length=max_length, use_stemmer=use_stemmer)
 
@@ -294,4 +324,9 @@ def load_muse(source: str | Path) -> MuseData:
     if not any(records.values()):
         raise DataError(f"{source}: no MUSE data found; expected files such as verbmem/forget.json, "
                         "knowmem/forget_qa.json, privleak/forget.json (.json or .jsonl)")
-    return MuseData(**{name: tuple(_parse(name, w, r) for w, r in recs) for name, recs in records.items() if recs})
+    blank = [w for name, recs in records.items() if recs and PARTS[name][0] == "privleak"
+             for w, r in recs if is_blank_document(r)]
+    skip = set(blank)
+    parts = {name: tuple(_parse(name, w, r) for w, r in recs if w not in skip)
+             for name, recs in records.items() if recs}
+    return MuseData(**parts, skipped=tuple(blank))

@@ -16,14 +16,34 @@ SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}
 
 
+def row_cap(cfg: EvalConfig) -> int | None:
+    """Rows evaluated per split: max_examples; under protocol closer_look at most 300 (the authors' ds_size)."""
+    if cfg.protocol != "closer_look":
+        return cfg.max_examples
+    from obliviate.eval.closer_look import PROTOCOL_ROWS
+
+    return min(PROTOCOL_ROWS, cfg.max_examples or PROTOCOL_ROWS)
+
+
+def length_limits(cfg: EvalConfig, max_length: int) -> tuple[int, int | None]:
+    """(max_length of scored QA sequences, max_total_tokens of generation): under protocol closer_look both are
+    200 tokens of prompt + answer (the authors' generation max_length); otherwise (max_length, None)."""
+    if cfg.protocol != "closer_look":
+        return max_length, None
+    from obliviate.eval.closer_look import PROTOCOL_MAX_LENGTH
+
+    return min(max_length, PROTOCOL_MAX_LENGTH), PROTOCOL_MAX_LENGTH
+
+
 def load_eval_splits(source: str, cfg: EvalConfig) -> dict[str, list[QARow]]:
-    """{kind: rows} for each configured (non-null) split, first `max_examples` rows when set."""
+    """{kind: rows} for each configured (non-null) split, its first `row_cap(cfg)` rows when that is set."""
     out = {}
+    cap = row_cap(cfg)
     for kind, attr in SPLIT_FIELDS.items():
         name = getattr(cfg, attr)
         if name:
             rows = load_split(cfg.source or source, name)
-            out[kind] = rows[: cfg.max_examples] if cfg.max_examples else rows
+            out[kind] = rows[:cap] if cap else rows
     if not out:
         raise DataError("no evaluation split configured: set eval.forget_split / eval.retain_split / ...")
     return out
@@ -35,7 +55,7 @@ def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: Eval
     if k is None:
         raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
     correct, _ = _correct_answers(rows, "forget")
-    _, para, pert = _split_losses(model, tokenizer, rows, correct, k, cfg.batch_size, max_length)
+    _, para, pert = _split_losses(model, tokenizer, rows, correct, k, cfg.batch_size, length_limits(cfg, max_length)[0])
     return truth_ratio(para, pert)
 
 
@@ -45,15 +65,21 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
     """Every TOFU metric of `model` on `splits`; with `source`, also the extras `cfg` asks for:
     extraction strength / exact memorisation, PrivLeak + MIA AUCs against `cfg.holdout_split`
     (the retain model, when given, is PrivLeak's retrained reference and the MIA reference model),
-    and closer-look FE/MU. forget_quality only when `retain_tr` is given."""
+    and closer-look FE/MU (cfg.closer_look or protocol closer_look). forget_quality only when `retain_tr` is given.
+    Under protocol closer_look, generation and scored sequences hold <= 200 tokens of prompt + answer."""
     results: dict[str, SplitResult] = {}
+    loss_length, total = length_limits(cfg, max_length)
     out = evaluate_tofu(model, tokenizer, splits, retain_model_forget_tr=retain_tr, max_new_tokens=cfg.max_new_tokens,
-                        batch_size=cfg.batch_size, max_length=max_length, results_out=results)
+                        batch_size=cfg.batch_size, max_length=loss_length, max_total_tokens=total, results_out=results)
+    out["protocol"] = cfg.protocol
+    if cfg.protocol == "closer_look":
+        out["notes"].append(f"protocol closer_look: first {row_cap(cfg)} rows per split, prompt + answer <= {total} "
+                            "tokens in generation and scoring")
     forget = splits.get("forget")
     if forget and cfg.memorization:
         out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"]))
-    if cfg.closer_look:
-        out.update(_closer_look(model, tokenizer, splits, results, cfg, max_length, out["notes"]))
+    if cfg.closer_look or cfg.protocol == "closer_look":
+        out.update(_closer_look(model, tokenizer, splits, results, cfg, loss_length, out["notes"]))
     return out
 
 
@@ -64,16 +90,18 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
     from obliviate.eval.memorization import forget_memorization, memorization_from_scores
     from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
 
-    kw = {"batch_size": cfg.batch_size, "max_length": max_length}
+    kw = {"batch_size": cfg.batch_size, "max_length": max_length, "token_rule": cfg.token_rule}
     if not (cfg.holdout_split and source):
         notes.append("privleak and MIA AUCs not computed: no eval.holdout_split")
-        return forget_memorization(token_scores(model, tokenizer, forget, moments=False, **kw).correct)
+        return {**forget_memorization(token_scores(model, tokenizer, forget, moments=False, **kw).correct,
+                                      token_rule=cfg.token_rule), "token_rule": cfg.token_rule}
     holdout = load_split(cfg.source or source, cfg.holdout_split)
-    holdout = holdout[: cfg.max_examples] if cfg.max_examples else holdout
+    cap = row_cap(cfg)
+    holdout = holdout[:cap] if cap else holdout
     items, n = forget + holdout, len(forget)
     ts = token_scores(model, tokenizer, items, **kw)
     ref = token_scores(retain_model, tokenizer, items, moments=False, **kw) if retain_model is not None else None
-    mem = memorization_from_scores(ts, n, retrain_ts=ref)
+    mem = memorization_from_scores(ts, n, retrain_ts=ref, token_rule=cfg.token_rule)
     mia = mia_from_scores(attack_scores(ts, reference_loss=None if ref is None else ref.avg_loss), n)
     notes.extend(mem.pop("notes") + mia.pop("notes"))
     return {**mem, **mia}
@@ -86,28 +114,35 @@ def _closer_look(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], res
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     models = load_closer_look_models(cfg.embedding_model, cfg.nli_model, local_files_only=offline)
     cl = evaluate_closer_look(model, tokenizer, splits, models=models, tofu_results=results,
-                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_length=max_length)
+                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_length=max_length,
+                              max_total_tokens=length_limits(cfg, max_length)[1])
     notes.extend(cl.pop("notes", []))
     return {k: v for k, v in cl.items() if k not in ("forget_prob", "forget_rougeL_recall")}
 
 
 def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[str, Any]:
-    """MUSE VerbMem / KnowMem / PrivLeak; PrivLeak's reference AUC from cfg.retrain_model when given."""
-    from obliviate.eval.memorization import min_k_privleak_auc
-    from obliviate.eval.muse import evaluate_muse, load_muse
+    """MUSE VerbMem / KnowMem / PrivLeak; PrivLeak's reference AUC from cfg.retrain_model when given.
+    PrivLeak scores whole documents (windowed past muse.privleak_window), as MUSE's code does."""
+    from functools import partial
+
+    from obliviate.eval.muse import evaluate_muse, load_muse, muse_min_k_auc
     from obliviate.modeling.load import load_pretrained
 
     if not cfg.source:
         raise DataError("muse.source is not set; give a MUSE directory or hub id (muse.source=muse-bench/MUSE-News)")
     data = load_muse(cfg.source)
     data = data.head(cfg.max_examples) if cfg.max_examples else data
+    notes: list[str] = []
+    auc_fn = partial(muse_min_k_auc, window=cfg.privleak_window, stride=cfg.privleak_stride,
+                     max_tokens=cfg.privleak_max_tokens, batch_size=cfg.batch_size)
     retrain_auc = None
-    if cfg.retrain_model:
+    if cfg.retrain_model and data.privleak_forget and data.privleak_holdout:
         rmodel, rtok = load_pretrained(cfg.retrain_model)
-        retrain_auc = min_k_privleak_auc(rmodel, rtok, list(data.privleak_forget), list(data.privleak_holdout))
-    res = evaluate_muse(model, tokenizer, data, mia_auc_fn=min_k_privleak_auc, retrain_auc=retrain_auc,
+        retrain_auc = auc_fn(rmodel, rtok, list(data.privleak_forget), list(data.privleak_holdout))
+    res = evaluate_muse(model, tokenizer, data, mia_auc_fn=partial(auc_fn, notes=notes), retrain_auc=retrain_auc,
                         verbmem_max_new_tokens=cfg.verbmem_max_new_tokens,
                         knowmem_max_new_tokens=cfg.knowmem_max_new_tokens, batch_size=cfg.batch_size)
+    res["notes"] += notes
     res.pop("per_example", None)
     return res
 

@@ -212,8 +212,11 @@ def _split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: li
 
 
 def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: Kind, max_new_tokens: int = 200,
-                   batch_size: int = 16, max_length: int = 256) -> SplitResult:
-    """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (METRICS.md "TOFU")."""
+                   batch_size: int = 16, max_length: int = 256, max_total_tokens: int | None = None) -> SplitResult:
+    """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (METRICS.md "TOFU").
+
+    max_total_tokens bounds prompt + generated answer (closer-look protocol: 200) instead of max_new_tokens.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown split kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     if not rows:
@@ -236,8 +239,8 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
     else:
         prob = None
         notes.append("prob not computed: real-authors/world-facts Prob is normalised over perturbed answers")
-    generations = generate_answers(model, tokenizer, [r.question for r in rows],
-                                   max_new_tokens=max_new_tokens, batch_size=batch_size)
+    generations = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
+                                   batch_size=batch_size, max_total_tokens=max_total_tokens)
     rouge = rouge_recall(generations, [r.answer for r in rows])
     aggregate = forget_truth_ratio if kind == "forget" else retain_truth_ratio
     summary = {
@@ -255,7 +258,7 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
 
 def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARow]], *,
                   retain_model_forget_tr: np.ndarray | None = None, max_new_tokens: int = 200,
-                  batch_size: int = 16, max_length: int = 256,
+                  batch_size: int = 16, max_length: int = 256, max_total_tokens: int | None = None,
                   results_out: dict[str, SplitResult] | None = None) -> dict[str, Any]:
     """All TOFU metrics of METRICS (None where undefined, with a note), per-example forget TRs and generations.
 
@@ -269,7 +272,8 @@ def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARo
     results = {}
     for kind in (k for k in KINDS if k in splits):
         res = evaluate_split(model, tokenizer, splits[kind], kind=kind,  # type: ignore[arg-type]
-                             max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length)
+                             max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length,
+                             max_total_tokens=max_total_tokens)
         results[kind] = res
         if results_out is not None:
             results_out[kind] = res

@@ -53,10 +53,10 @@ class FrozenModels:
             self.model.train(training)
 
     @torch.no_grad()
-    def reference_stats(self, batch: Mapping[str, Any], hidden: bool = False) -> TokenStats:
-        """TokenStats of θ0 (unsmoothed) on `batch` (with hidden states when asked)."""
+    def reference_stats(self, batch: Mapping[str, Any], hidden_layer: int | None = None) -> TokenStats:
+        """TokenStats of θ0 (unsmoothed) on `batch` (with decoder layer `hidden_layer`'s output when asked)."""
         with self._theta0() as m:
-            return forward_stats(m, batch, hidden=hidden)
+            return forward_stats(m, batch, hidden_layer=hidden_layer)
 
     @torch.no_grad()
     def teacher_stats(self, batch: Mapping[str, Any]) -> TokenStats:

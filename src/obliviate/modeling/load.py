@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -13,6 +14,10 @@ import torch
 from obliviate.errors import ObliviateError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The class flag transformers checks before dispatching to a backend (modeling_utils *_can_dispatch).
+SUPPORT_FLAGS = {"sdpa": "_supports_sdpa", "flex_attention": "_supports_flex_attn", "flash_attention": "_supports_flash_attn"}
+
+logger = logging.getLogger(__name__)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -51,6 +56,7 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
         raise ObliviateError(f"{path!r} is not a model directory (no config.json); give the output directory "
                              "of `obliviate finetune`/`unlearn`, a .gguf file, an alias such as "
                              "smollm2-135m-instruct, or a hub id")
+    attn_implementation = choose_attn_implementation(path, attn_implementation, trust_remote_code=trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_dtype(dtype), attn_implementation=attn_implementation,
@@ -59,6 +65,36 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     except Exception as exc:
         raise ObliviateError(f"could not load a causal LM from {path!r}: {exc}") from None
     return model
+
+
+def _causal_lm_class(path: str, trust_remote_code: bool) -> type | None:
+    """The built-in AutoModelForCausalLM class for the config at `path`; None when unknown (remote code, no config)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return AutoModelForCausalLM._model_mapping[type(config)]
+    except Exception:  # from_pretrained itself reports what is wrong with the path
+        return None
+
+
+def _unsupported(cls: type, implementation: str) -> bool:
+    """Whether transformers would refuse `implementation` for `cls` (its class flag says no)."""
+    for prefix, flag in SUPPORT_FLAGS.items():
+        if implementation.startswith(prefix):
+            return not getattr(cls, flag, True)
+    return False
+
+
+def choose_attn_implementation(path: str, requested: str, *, trust_remote_code: bool = False) -> str:
+    """`requested`, or "eager" for an architecture transformers will not run with it (Gemma 2 has no sdpa:
+    its attention-logit soft-capping runs on eager, flash or flex only); the switch is logged."""
+    cls = _causal_lm_class(path, trust_remote_code) if requested != "eager" else None
+    if cls is None or not _unsupported(cls, requested):
+        return requested
+    logger.warning("%s does not support attn_implementation=%r in transformers; loading it with 'eager' instead.",
+                   cls.__name__, requested)
+    return "eager"
 
 
 def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple[Any, Any]:

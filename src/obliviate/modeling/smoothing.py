@@ -17,6 +17,10 @@ Conventions that matter for correctness:
   the configured implementation *name*, so a renamed wrapper cannot reach them; switch such a model (or its
   teacher copy) to sdpa first. Models whose attention does not call the interface raise `SmoothingError`.
 - The backend switch lives in `config._attn_implementation`, which `save_pretrained` does not write.
+- GPT-2's `reorder_and_upcast_attn` (also Decision Transformer): stock code computes QKᵀ and the softmax in fp32
+  only when the implementation is literally named "eager", a name our wrapper cannot carry. The eager wrapper
+  therefore runs that fp32 path itself for modules asking for it (`_upcast_eager`); with sdpa the stock model
+  ignores the flag, and so do we.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.generic import maybe_autocast
 
 from obliviate.errors import ObliviateError
 
@@ -85,6 +90,35 @@ def _tempered_kwargs(kwargs: dict[str, Any], tau: float, head_dim: int) -> dict[
     return kwargs
 
 
+def _wants_upcast(module: nn.Module) -> bool:
+    """GPT-2-style attention asking for fp32 scores and softmax (stock honours it on the eager backend only)."""
+    return bool(getattr(module, "reorder_and_upcast_attn", False)) and hasattr(module, "_upcast_and_reordered_attn")
+
+
+def _upcast_eager(
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+    scaling: float | None = None, dropout: float = 0.0, **_: Any,
+) -> tuple[Tensor, Tensor]:
+    """GPT-2's `_upcast_and_reordered_attn` with a free `scaling`: fp32 softmax(QKᵀ·scaling + mask)V.
+
+    q: [B, H, T, D], k, v: [B, H, S, D] → ([B, T, H, D], probs [B, H, T, S] in v's dtype). The same operations
+    in the same order as the stock method (autocast off, baddbmm with alpha = scaling), so scaling =
+    module.scaling reproduces the stock eager model bit for bit; dropout p as the interface passes it.
+    """
+    batch, heads, length, dim = query.shape
+    keys = key.shape[-2]
+    scaling = dim**-0.5 if scaling is None else scaling
+    scores = torch.empty(batch * heads, length, keys, dtype=torch.float32, device=query.device)
+    with maybe_autocast(query.device.type, enabled=False):  # no-op unless autocast is on
+        q, k = query.reshape(-1, length, dim), key.transpose(-1, -2).reshape(-1, dim, keys)
+        scores = torch.baddbmm(scores, q.float(), k.float(), beta=0, alpha=scaling).reshape(batch, heads, length, keys)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = nn.functional.softmax(scores, dim=-1).type(value.dtype)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    return torch.matmul(probs, value).transpose(1, 2), probs
+
+
 def _make_smoothed(backend: str) -> Callable[..., tuple[Tensor, Tensor | None]]:
     """A wrapper of the stock `backend` that tempers modules carrying TAU_ATTR; q, k, v: [B, H, T, D]."""
 
@@ -93,7 +127,10 @@ def _make_smoothed(backend: str) -> Callable[..., tuple[Tensor, Tensor | None]]:
         *args: Any, **kwargs: Any,
     ) -> tuple[Tensor, Tensor | None]:
         """ASU (arXiv 2603.01285), softmax(QKᵀ/(τ√d))V; returns ([B, T, H, D], probs [B, H, T, S] or None)."""
-        base = _eager_function(type(module)) if backend == "eager" else ALL_ATTENTION_FUNCTIONS[backend]
+        if backend != "eager":
+            base = ALL_ATTENTION_FUNCTIONS[backend]
+        else:  # stock eager upcasts GPT-2-style modules to fp32 (module doc)
+            base = _upcast_eager if _wants_upcast(module) else _eager_function(type(module))
         tau = getattr(module, TAU_ATTR, 1.0)
         if tau != 1.0:
             if args:  # positional extras could be `scaling` (eager and sdpa order them differently)

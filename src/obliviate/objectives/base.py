@@ -7,9 +7,13 @@ names the extra statistics the loop passes by keyword, each a TokenStats on a [B
   "teacher"            frozen θ0 with smoothed attention (ASU),
   "refusal"            the student on the same questions answered with a refusal (IDK, DPO, AP),
   "refusal_reference"  frozen θ0 on that refusal batch,
-  "hidden"             policy (and reference, if also needed) TokenStats carry hidden states (RMU).
+  "hidden"             policy (and reference, if also needed) TokenStats carry the output of decoder
+                       layer `layer` (the loss's own `layer` hyper-parameter), captured by a hook (RMU).
 `loop_params` are hyper-parameters the loop consumes instead of the loss: the teacher's tau and
-layers (ASU), the trainable layers (RMU).
+layers (ASU), the trainable parameters (RMU), the token scope (ME: "sequence" makes the loop label
+every real token, prompt included). `choices` lists the allowed values of string hyper-parameters;
+a token-level loss's keyword `reduction` ("token" | "example", obliviate.modeling.logprobs) is
+checked without being listed.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from obliviate.errors import ConfigError
+from obliviate.modeling.logprobs import REDUCTIONS
 from obliviate.registry import Registry
 
 
@@ -30,6 +35,12 @@ class ObjectiveSpec:
     needs: tuple[str, ...] = ()
     loop_params: Mapping[str, Any] = field(default_factory=dict)
     summary: str = ""
+    choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def allowed(self) -> dict[str, tuple[Any, ...]]:
+        """Hyper-parameters restricted to a set of values (reduction included when the loss has one)."""
+        extra = {"reduction": REDUCTIONS} if "reduction" in self.loss_defaults() else {}
+        return {**extra, **dict(self.choices)}
 
     def loss_defaults(self) -> dict[str, Any]:
         """Keyword-only hyper-parameters of the loss and their defaults."""
@@ -50,6 +61,9 @@ class ObjectiveSpec:
             raise ConfigError(f"unknown hyper-parameter(s) {unknown} for {self.name!r}; "
                               f"valid keys: {sorted(valid) or 'none'}")
         merged = {**valid, **args}
+        for key, ok in self.allowed().items():
+            if key in merged and merged[key] not in ok:
+                raise ConfigError(f"{self.name}: {key} must be one of {list(ok)}, got {merged[key]!r}")
         loss = {k: merged[k] for k in self.loss_defaults()}
         loop = {k: merged[k] for k in self.loop_params}
         return loss, loop
@@ -61,22 +75,24 @@ FORGET: Registry[ObjectiveSpec] = Registry("forget objective")
 RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
 
 
-def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], loop_params: Mapping[str, Any] | None):
+def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], loop_params: Mapping[str, Any] | None,
+              choices: Mapping[str, tuple[Any, ...]] | None = None):
     unknown = sorted(set(needs) - set(NEEDS))
     if unknown:
         raise ValueError(f"{name}: unknown needs {unknown}; valid: {NEEDS}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or "").strip().splitlines()
-        reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else ""))
+        reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else "", dict(choices or {})))
         return fn
 
     return deco
 
 
-def forget_objective(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None):
+def forget_objective(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None,
+                     choices: Mapping[str, tuple[Any, ...]] | None = None):
     """Decorator registering a forget objective (a loss to minimise on the forget batch)."""
-    return _register(FORGET, name, needs, loop_params)
+    return _register(FORGET, name, needs, loop_params, choices)
 
 
 def retain_term(name: str, *, needs: tuple[str, ...] = ()):

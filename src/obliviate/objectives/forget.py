@@ -1,8 +1,11 @@
 """Forget objectives (METHODS.md §1, §3): pure functions of TokenStats returning a loss to minimise.
 
 Shapes: every TokenStats is [B, T-1] (logits [B, T-1, V]); `.logp` [B] sums answer-token log-probs,
-`.nll` [B] is their per-token mean. Token-level losses average over answer tokens per example, then
-over examples (so long and short answers weigh the same), and never count prompt or padding.
+`.nll` [B] is their per-token mean. Token-level losses take `reduction`: "token" pools every answer
+token of the batch (Σ/N, what the reference code does for GA, IDK, ME, WGA, SatImp, UNDIAL and the
+default of each), "example" averages per example, then over examples (ASU's equation, RMU as
+open-unlearning computes it). Prompt and padding never count. Sequence-level losses (npo, simnpo,
+dpo, idk_dpo) have no token reduction.
 """
 from __future__ import annotations
 
@@ -12,24 +15,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from obliviate.modeling.logprobs import TokenStats, hidden_at, masked_mse, masked_token_kl, sequence_mean
+from obliviate.modeling.logprobs import TokenStats, hidden_at, hidden_mean, masked_token_kl, token_mse
 from obliviate.objectives.base import forget_objective
+
+ME_EPS = 1e-12  # the closer-look code's log(p + 1e-12) inside KL(u ‖ p)
 
 
 @forget_objective("asu", needs=("teacher",), loop_params={"tau": 2.0, "layers": None})
-def asu(policy: TokenStats, teacher: TokenStats) -> Tensor:
+def asu(policy: TokenStats, teacher: TokenStats, *, reduction: str = "example") -> Tensor:
     """ASU forget loss (arXiv 2603.01285, §1): mean_x (1/|y|) Σ_t KL(p_θτ ‖ p_θ); stats [B, T-1, V] -> scalar.
 
-    The teacher is θ0 with attention temperature tau on `layers` (None = all). Hand check: one
-    answer token, teacher (0.5, 0.5), student (0.25, 0.75): KL = 0.5·ln2 + 0.5·ln(2/3) ≈ 0.1438.
+    The teacher is θ0 with attention temperature tau on `layers` (None = all). "example" is the
+    paper's equation (no public reference code to follow). Hand check: one answer token, teacher
+    (0.5, 0.5), student (0.25, 0.75): KL = 0.5·ln2 + 0.5·ln(2/3) ≈ 0.1438.
     """
-    return masked_token_kl(teacher, policy).mean()
+    return masked_token_kl(teacher, policy, reduction)
 
 
 @forget_objective("ga")
-def ga(policy: TokenStats) -> Tensor:
-    """Gradient ascent: −NLL_θ on forget answers (mean over tokens, then examples); [B] -> scalar."""
-    return -policy.nll.mean()
+def ga(policy: TokenStats, *, reduction: str = "token") -> Tensor:
+    """Gradient ascent: −NLL_θ on forget answers = mean answer-token log-prob; [B, T-1] -> scalar.
+
+    "token" (default) is Σ log p / N over the batch's answer tokens, the reference's `-outputs.loss`.
+    """
+    return policy.mean(policy.token_logp, reduction)
 
 
 def _check_same_shape(a: TokenStats, b: TokenStats, what: str) -> None:
@@ -42,14 +51,6 @@ def _check_same_batch(a: TokenStats, b: TokenStats, what: str) -> None:
     """Paired batches (answer vs refusal) must hold the same questions; lengths T may differ."""
     if a.mask.shape[0] != b.mask.shape[0]:
         raise ValueError(f"{what} hold different numbers of examples: {a.mask.shape[0]} vs {b.mask.shape[0]}")
-
-
-def _answer_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over answer tokens per example, then over examples: [B, T-1] -> scalar.
-
-    Masked entries are zeroed first, so a non-finite value at a prompt/padding position cannot leak.
-    """
-    return sequence_mean(values.masked_fill(~mask, 0.0), mask).mean()
 
 
 @forget_objective("npo", needs=("reference",))
@@ -104,28 +105,31 @@ forget_objective("idk_dpo", needs=("reference", "refusal", "refusal_reference"))
 
 
 @forget_objective("idk", needs=("refusal",))
-def idk(policy: TokenStats, refusal: TokenStats) -> Tensor:
-    """IDK fine-tuning (TOFU, Maini et al. 2024): NLL_θ of a refusal to each forget question; [B] -> scalar.
+def idk(policy: TokenStats, refusal: TokenStats, *, reduction: str = "token") -> Tensor:
+    """IDK fine-tuning (TOFU, Maini et al. 2024): NLL_θ of a refusal to each forget question -> scalar.
 
-    `policy` (the forget answer) is passed by the loop but unused. Hand check: refusal token
-    log-probs (−1, −3) and (−4, padding): per-example NLL 2 and 4, loss 3.
+    `policy` (the forget answer) is passed by the loop but unused; the refusal's [B, T-1] token
+    log-probs are reduced over its answer tokens. Hand check: refusal token log-probs (−1, −3) and
+    (−4, padding): "token" (1 + 3 + 4)/3 = 8/3, "example" mean(2, 4) = 3.
     """
     _check_same_batch(policy, refusal, "forget and refusal batches")
-    return refusal.nll.mean()
+    return -refusal.mean(refusal.token_logp, reduction)
 
 
-@forget_objective("me")
-def me(policy: TokenStats) -> Tensor:
+@forget_objective("me", loop_params={"scope": "answer"}, choices={"scope": ("answer", "sequence")})
+def me(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     """Maximum entropy (Yuan et al. 2024, "A Closer Look at Machine Unlearning for LLMs"): mean KL(u ‖ p_θ).
 
-    KL(uniform ‖ p) = Σ_v (1/V)·(−ln V − log p_v) = −ln V − mean_v log p_v per answer token
-    (closed form of kl_per_token(uniform, log p)); logits [B, T-1, V] -> scalar, mean over answer
-    tokens per example, then over examples. Hand check: V = 4, p = (1/2, 1/4, 1/8, 1/8):
-    (1/4)·(ln ½ + 0 + ln 2 + ln 2) = ln(2)/4 ≈ 0.1733; a uniform p gives 0.
+    KL(uniform ‖ p) = Σ_v (1/V)·(−ln V − log p_v) = −ln V − mean_v log p_v per counted token, with
+    log p_v read as log(p_v + 1e-12) as in the authors' code (finite when p_v = 0); logits
+    [B, T-1, V] -> scalar. scope (a loop parameter): "answer" counts answer tokens; "sequence"
+    makes the loop count every real token, prompt included (the authors' ME+GD runs with mask=false).
+    Hand check: V = 4, p = (1/2, 1/4, 1/8, 1/8): (1/4)·(ln ½ + 0 + ln 2 + ln 2) = ln(2)/4 ≈ 0.1733.
     """
     log_p = policy.log_probs()
+    log_p = torch.logaddexp(log_p, log_p.new_tensor(math.log(ME_EPS)))
     kl = -log_p.mean(-1) - math.log(log_p.shape[-1])
-    return _answer_mean(kl, policy.mask)
+    return policy.mean(kl, reduction)
 
 
 def undial_targets(reference_log_probs: Tensor, targets: Tensor, beta: float) -> Tensor:
@@ -138,11 +142,11 @@ def undial_targets(reference_log_probs: Tensor, targets: Tensor, beta: float) ->
 
 
 @forget_objective("undial", needs=("reference",))
-def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0) -> Tensor:
+def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0, reduction: str = "token") -> Tensor:
     """UNDIAL (Dong et al. 2024): CE(p_θ, softmax(logits_ref − β·onehot(y_t))) on answer tokens; -> scalar.
 
     Target from the frozen reference with the gold token's logit lowered by β, detached; per token
-    −Σ_v q_v log p_θ,v, averaged over answer tokens per example, then examples. Masked positions
+    −Σ_v q_v log p_θ,v (terms with q_v = 0 count 0), reduced over answer tokens. Masked positions
     are never used to index the vocabulary nor counted. Shapes: logits [B, T-1, V], targets
     [B, T-1]. Hand check: reference uniform over V = 3, gold 0, β = ln 2 -> q = (0.2, 0.4, 0.4);
     p_θ = (½, ¼, ¼): CE = 0.2·ln 2 + 0.8·ln 4 = 1.8·ln 2 ≈ 1.2477 (a uniform p_θ gives ln V).
@@ -151,37 +155,38 @@ def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0) -> 
     ids = policy.targets if policy.targets is not None else reference.targets
     if ids is None:
         raise ValueError("undial needs target token ids: build TokenStats with token_stats() or pass targets=")
+    keep = policy.mask.unsqueeze(-1)
     ids = ids.masked_fill(~policy.mask, 0)  # e.g. -100 on prompt/padding would index entry V-100
-    q = undial_targets(reference.log_probs(), ids, beta)
-    ce = -(q * policy.log_probs()).sum(-1)
-    return _answer_mean(ce, policy.mask)
+    q = undial_targets(reference.log_probs().masked_fill(~keep, 0.0), ids, beta).masked_fill(~keep, 0.0)
+    ce = -torch.where(q > 0, q * policy.log_probs(), 0.0).sum(-1)
+    return policy.mean(ce, reduction)
 
 
-def weighted_nll_ascent(token_logp: Tensor, weight: Tensor, mask: Tensor) -> Tensor:
-    """−mean_t[sg(w_t)·NLL_t] with NLL_t = −log p_t: [B, T-1] log-probs, weights, mask -> scalar."""
-    return -_answer_mean(weight.detach() * -token_logp, mask)
+def weighted_nll_ascent(policy: TokenStats, weight: Tensor, reduction: str) -> Tensor:
+    """−mean_t[sg(w_t)·NLL_t] with NLL_t = −log p_t: policy [B, T-1] log-probs, weights [B, T-1] -> scalar."""
+    return policy.mean(weight.detach() * policy.token_logp, reduction)
 
 
 @forget_objective("wga")
-def wga(policy: TokenStats, *, beta: float = 1.0) -> Tensor:
+def wga(policy: TokenStats, *, beta: float = 1.0, reduction: str = "token") -> Tensor:
     """WGA (Yang et al. 2025, loss reweighting): −mean_t[sg(p_t^β)·NLL_t]; token_logp [B, T-1] -> scalar.
 
-    Averaged over answer tokens per example (divided by |y|, not by Σ w), then over examples.
-    Hand check: β = 1, p = (½, ¼): −(½·ln 2 + ¼·2 ln 2)/2 = −ln(2)/2 ≈ −0.3466.
+    The mean divides by the number of answer tokens, not by Σ w. Hand check: β = 1, p = (½, ¼),
+    one example: −(½·ln 2 + ¼·2 ln 2)/2 = −ln(2)/2 ≈ −0.3466.
     """
     p = policy.token_logp.detach().exp()
-    return weighted_nll_ascent(policy.token_logp, p.pow(beta), policy.mask)
+    return weighted_nll_ascent(policy, p.pow(beta), reduction)
 
 
 @forget_objective("satimp")
-def satimp(policy: TokenStats, *, beta1: float = 5.0, beta2: float = 1.0) -> Tensor:
+def satimp(policy: TokenStats, *, beta1: float = 5.0, beta2: float = 1.0, reduction: str = "token") -> Tensor:
     """SatImp (Yang et al. 2025): −mean_t[sg(p_t^β1·(1−p_t)^β2)·NLL_t]; token_logp [B, T-1] -> scalar.
 
-    Averaged like `wga`. Hand check: β1 = β2 = 1, p = (½, ¼): weights ¼ and 3/16,
+    Reduced like `wga`. Hand check: β1 = β2 = 1, p = (½, ¼), one example: weights ¼ and 3/16,
     −(¼·ln 2 + (3/16)·2 ln 2)/2 = −0.3125·ln 2 ≈ −0.2166.
     """
     p = policy.token_logp.detach().exp()
-    return weighted_nll_ascent(policy.token_logp, p.pow(beta1) * (1.0 - p).clamp_min(0.0).pow(beta2), policy.mask)
+    return weighted_nll_ascent(policy, p.pow(beta1) * (1.0 - p).clamp_min(0.0).pow(beta2), reduction)
 
 
 def steering_vector(hidden_size: int, seed: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -190,14 +195,17 @@ def steering_vector(hidden_size: int, seed: int, dtype: torch.dtype = torch.floa
     return (u / u.norm()).to(dtype)
 
 
-@forget_objective("rmu", needs=("hidden",), loop_params={"trainable_layers": None})
-def rmu(policy: TokenStats, *, layer: int = 7, steering_coef: float = 6.5, seed: int = 0) -> Tensor:
-    """RMU forget loss (Li et al. 2024, WMDP): MSE(h_layer(forget), c·u) over real tokens; [B, T, H] -> scalar.
+@forget_objective("rmu", needs=("hidden",), loop_params={"trainable_params": "wmdp", "trainable_layers": None})
+def rmu(policy: TokenStats, *, layer: int = 7, steering_coef: float = 6.5, seed: int = 0,
+        reduction: str = "example") -> Tensor:
+    """RMU forget loss (Li et al. 2024, WMDP): MSE(h_layer(forget), c·u) on label tokens; [B, T, H] -> scalar.
 
-    u = steering_vector(H, seed); only `trainable_layers` are trained (default layer-2..layer).
-    Hand check: H = 2, h = [[3, 4]] at the one real token, c·u = [0.6c, 0.8c] with u = (0.6, 0.8)
-    and c = 5 gives target (3, 4): loss 0.
+    h_layer is decoder layer `layer`'s output (forward hook), u = steering_vector(H, seed). Per
+    token the squared error is averaged over H; "example" then averages over each example's label
+    tokens and over examples (open-unlearning's RMU), "token" pools them (WMDP's mse_loss, which
+    also counts padding). Trained parameters: `trainable_params` of `trainable_layers` (loop).
+    Hand check: H = 2, h = (3, 4) at the one label token, u = (0.6, 0.8), c = 5: loss 0.
     """
     h = hidden_at(policy, layer)
     u = steering_vector(h.shape[-1], seed, h.dtype).to(h.device)
-    return masked_mse(h, steering_coef * u, policy.attention_mask)
+    return hidden_mean(policy, token_mse(h, steering_coef * u), reduction)

@@ -1,23 +1,36 @@
-"""Retain terms (METHODS.md §1, §3): keep the model useful on the retain batch."""
+"""Retain terms (METHODS.md §1, §3): keep the model useful on the retain batch.
+
+Token-level terms take `reduction` ("token" pools the batch's answer tokens, "example" averages per
+example then over examples; obliviate.modeling.logprobs.answer_mean); the default of each is what
+the reference code does. `ap` is sequence-level and has none.
+"""
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor
 
-from obliviate.modeling.logprobs import TokenStats, hidden_at, masked_mse, masked_token_kl
+from obliviate.modeling.logprobs import TokenStats, hidden_at, hidden_mean, masked_token_kl, token_mse
 from obliviate.objectives.base import retain_term
 
 
 @retain_term("nll")
-def nll(policy: TokenStats) -> Tensor:
-    """GD retain term: NLL_θ on retain answers (mean over answer tokens, then examples) -> scalar."""
-    return policy.nll.mean()
+def nll(policy: TokenStats, *, reduction: str = "token") -> Tensor:
+    """GD retain term: NLL_θ on retain answers; [B, T-1] token log-probs -> scalar.
+
+    "token" (default) is −Σ log p / N over the batch's answer tokens, Hugging Face's `outputs.loss`
+    that GradDiff uses in the reference code.
+    """
+    return -policy.mean(policy.token_logp, reduction)
 
 
 @retain_term("kl", needs=("reference",))
-def kl(policy: TokenStats, reference: TokenStats) -> Tensor:
-    """KL(p_θ0 ‖ p_θ) on retain answer tokens only (never padding/prompt), per-example mean -> scalar."""
-    return masked_token_kl(reference, policy).mean()
+def kl(policy: TokenStats, reference: TokenStats, *, reduction: str = "token") -> Tensor:
+    """KL(p_θ0 ‖ p_θ) on retain answer tokens only (never padding/prompt); [B, T-1, V] -> scalar.
+
+    "token" (default) pools the batch's answer tokens, as the reference's kl_div(batchmean) pools
+    its rows (which, unlike here, include prompt and padding positions).
+    """
+    return masked_token_kl(reference, policy, reduction)
 
 
 @retain_term("ap", needs=("refusal",))
@@ -36,6 +49,10 @@ def ap(policy: TokenStats, refusal: TokenStats, *, beta: float = 0.1) -> Tensor:
 
 
 @retain_term("hidden_mse", needs=("hidden", "reference"))
-def hidden_mse(policy: TokenStats, reference: TokenStats, *, layer: int = 7) -> Tensor:
-    """RMU retain term (Li et al. 2024): MSE(h_layer(retain), h_layer^ref(retain)) over real tokens -> scalar."""
-    return masked_mse(hidden_at(policy, layer), hidden_at(reference, layer).detach(), policy.attention_mask)
+def hidden_mse(policy: TokenStats, reference: TokenStats, *, layer: int = 7, reduction: str = "example") -> Tensor:
+    """RMU retain term (Li et al. 2024): MSE(h_layer(retain), h_layer^ref(retain)) on label tokens -> scalar.
+
+    Decoder layer `layer`'s output [B, T, H] of student and frozen θ0 (forward hooks); reduced like
+    `rmu` ("example": open-unlearning's EMBED_DIFF; "token": WMDP's mse_loss without padding).
+    """
+    return hidden_mean(policy, token_mse(hidden_at(policy, layer), hidden_at(reference, layer).detach()), reduction)

@@ -177,9 +177,10 @@ def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:
 
 def _label(name: str, metrics: Mapping[str, Any]) -> str:
     """Metric name, labelled when an aggregate was computed from fewer components than defined."""
-    comps = metrics.get(f"{name}_components")
-    if name in ("mu", "fe") and metrics.get(f"{name}_complete") is False and comps is not None:
-        return f"{name.upper()} (over {len(comps)} of {18 if name == 'mu' else 5} numbers)"
+    base = name.removesuffix("_partial")
+    comps = metrics.get(f"{base}_components")
+    if name in ("mu_partial", "fe_partial") and metrics.get(f"{base}_complete") is False and comps is not None:
+        return f"{base.upper()} (over {len(comps)} of {18 if base == 'mu' else 5} numbers)"
     return name
 
 

@@ -213,7 +213,8 @@ def _finish_step(accelerator: Any, optimizer: Any, scheduler: Any, params: list[
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     names = sorted(logs)
-    vec = torch.stack([torch.as_tensor(logs[n], dtype=torch.float32, device=accelerator.device) for n in names])
+    wide = torch.float32 if accelerator.device.type == "mps" else torch.float64  # MPS has no float64
+    vec = torch.stack([torch.as_tensor(logs[n], dtype=wide, device=accelerator.device) for n in names])
     vec = accelerator.reduce(vec, reduction="mean") if accelerator.num_processes > 1 else vec
     entry = {"step": float(step), "lr": float(lr), **{n: float(v) for n, v in zip(names, vec.tolist())}}
     if grad_norm is not None:

@@ -1,8 +1,9 @@
 """Unlearning and fine-tuning as compositions: encoded data + objective terms + the one loop."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -12,7 +13,7 @@ from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.modeling.frozen import FrozenModels, has_adapters
-from obliviate.modeling.logprobs import forward_stats
+from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
@@ -88,6 +89,30 @@ def encode_rows(tokenizer: Any, rows: Rows, max_length: int) -> list[Encoded]:
     return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]  # type: ignore[union-attr]
 
 
+StepShare = tuple[list[int], int]  # one side's indices over a whole optimizer step, its number of micro-batches
+
+
+def _count(e: Encoded, kind: str) -> int:
+    """Tokens of one example a reduction counts: "targets" (shifted labels), "sequence", "labels" (unshifted)."""
+    if kind == "sequence":
+        return len(e.input_ids) - 1
+    labels = e.labels[1:] if kind == "targets" else e.labels
+    return sum(1 for t in labels if t != IGNORE_INDEX)
+
+
+def _pool_total(enc: list[Encoded], step: StepShare | None, kind: str, scale: float, world: int) -> float | None:
+    """N for "token" pooling on one rank's micro-batch, so that its loss × `scale`, summed over the
+    step's micro-batches and averaged over ranks, is Σ over the step's tokens / their number.
+
+    With N_step tokens in the whole step, G micro-batches and P ranks: N = N_step·scale/(P·G).
+    None (no step known, e.g. a direct call) pools over the micro-batch itself."""
+    if step is None:
+        return None
+    idx, micro_batches = step
+    n = max(sum(_count(enc[i], kind) for i in idx), 1)
+    return n * scale / (world * micro_batches)
+
+
 @dataclass
 class Side:
     """One data side of a step (forget or retain): encodings, optional refusal twins, its loss."""
@@ -97,24 +122,51 @@ class Side:
     weight: float
     enc: list[Encoded]
     refusal_enc: list[Encoded] | None = None
+    loop_kw: dict[str, Any] = field(default_factory=dict)
 
-    def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int) -> torch.Tensor:
-        """The side's loss on this rank's shard of the global micro-batch `idx`, scaled to a global mean."""
+    def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int,
+             step: StepShare | None = None) -> torch.Tensor:
+        """The side's loss on this rank's shard of the global micro-batch `idx`, scaled to a global mean.
+
+        Example means are made global by `_shard_batch`'s factor; "token" pooling divides by the
+        answer-token count of the whole optimizer step `step` (every rank and micro-batch), so
+        1 process × batch 8 and 2 × 4, or 8 × 1 accumulated 8 ×, give the same loss.
+        """
         batch, scale = _shard_batch(self.enc, idx, acc, pad)
+        kind = "targets"
+        if self.loop_kw.get("scope") == "sequence":  # ME over every real token (closer-look's mask=false)
+            batch, kind = {**batch, "labels": every_token_labels(batch)}, "sequence"
         needs, extra = self.spec.needs, {}
-        hidden = "hidden" in needs
+        layer = self.kwargs.get("layer") if "hidden" in needs else None
+        world = acc.num_processes
+        total = _pool_total(self.enc, step, kind, scale, world)
         if "teacher" in needs:
             extra["teacher"] = frozen.teacher_stats(batch)  # type: ignore[union-attr]
         if "reference" in needs:
-            extra["reference"] = frozen.reference_stats(batch, hidden=hidden)  # type: ignore[union-attr]
+            extra["reference"] = frozen.reference_stats(batch, hidden_layer=layer)  # type: ignore[union-attr]
         if self.refusal_enc is not None and ("refusal" in needs or "refusal_reference" in needs):
             rbatch, _ = _shard_batch(self.refusal_enc, idx, acc, pad)
+            rtotal = _pool_total(self.refusal_enc, step, "targets", scale, world)
             if "refusal" in needs:
                 extra["refusal"] = forward_stats(model, rbatch)
+                extra["refusal"].token_total = rtotal
             if "refusal_reference" in needs:
                 extra["refusal_reference"] = frozen.reference_stats(rbatch)  # type: ignore[union-attr]
-        policy = forward_stats(model, batch, keep_logits=not hidden, hidden=hidden)
+        policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer)
+        policy.token_total = total
+        if layer is not None:
+            policy.hidden_total = _pool_total(self.enc, step, "labels", scale, world)
         return self.spec.fn(policy, **extra, **self.kwargs) * scale
+
+
+def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int
+               ) -> Iterator[tuple[list[int], list[int], tuple[StepShare, StepShare]]]:
+    """Each (forget, retain) micro-batch with both sides' indices over its whole optimizer step."""
+    while True:
+        group = [next(plan) for _ in range(grad_accum)]
+        f, r = [i for m in group for i in m[0]], [i for m in group for i in m[1]]
+        for m in group:
+            yield m[0], m[1], ((f, grad_accum), (r, grad_accum))
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
@@ -130,7 +182,7 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
         return [encode_qa(tokenizer, r.question, a, max_length) for r, a in zip(rows, answers)]
 
     forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length),
-                  refusal_twins(forget_rows, 0) if refusals else None)
+                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw))
     if rm.retain is None:
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
@@ -138,29 +190,47 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
     return forget, retain
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The model's stack of decoder layers (the ModuleList as long as config.num_hidden_layers)."""
-    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
-            return module
-    raise ConfigError(f"cannot find the decoder layers of {type(model).__name__}; RMU needs a model with "
-                      "config.num_hidden_layers and a ModuleList of that many layers")
+WMDP_PARAM = "mlp.down_proj.weight"  # WMDP's param_ids [6] of a Llama/Mistral decoder layer
 
 
-def freeze_except_layers(model: torch.nn.Module, layers: list[int] | None, anchor: int | None) -> list[int]:
-    """Train only decoder `layers` (default anchor-2..anchor, as RMU does); every other parameter is frozen."""
-    stack = decoder_layers(model)
-    chosen = list(layers) if layers is not None else [i for i in range((anchor or 0) - 2, (anchor or 0) + 1) if i >= 0]
-    bad = [i for i in chosen if not 0 <= i < len(stack)]
-    if bad or not chosen:
-        raise ConfigError(f"trainable_layers {chosen} must be indices of the {len(stack)} decoder layers (0..{len(stack) - 1})")
+def select_trainable(model: torch.nn.Module, params: str | Sequence[str], layers: list[int] | None,
+                     anchor: int | None) -> list[str]:
+    """Freeze every parameter except RMU's trainable ones; return their names (sorted).
+
+    params "wmdp": mlp.down_proj.weight of decoder `layers` (WMDP's rmu/unlearn.py: param_ids [6] of
+    layers 5, 6, 7; open-unlearning's RMU.yaml: the same regex); "layers": every parameter of those
+    layers; a list of regexes: the parameters whose full name one of them matches (re.fullmatch, as
+    open-unlearning), `layers` then unset. Default layers: anchor−2..anchor (the RMU layer and two below).
+    """
+    names = {id(p): n for n, p in model.named_parameters()}
+    if isinstance(params, str):
+        if params not in ("wmdp", "layers"):
+            raise ConfigError(f"trainable_params must be 'wmdp', 'layers' or a list of parameter-name regexes, got {params!r}")
+        stack = decoder_layers(model)
+        chosen = list(layers) if layers is not None else [i for i in range((anchor or 0) - 2, (anchor or 0) + 1) if i >= 0]
+        bad = [i for i in chosen if not 0 <= i < len(stack)]
+        if bad or not chosen:
+            raise ConfigError(f"trainable_layers {chosen} must be indices of the {len(stack)} decoder layers (0..{len(stack) - 1})")
+        picked = [p for i in chosen for n, p in stack[i].named_parameters() if params == "layers" or n == WMDP_PARAM]
+        if params == "wmdp" and len(picked) != len(chosen):
+            raise ConfigError(f"trainable_params 'wmdp' trains {WMDP_PARAM} of each chosen layer, which this model's "
+                              "layers lack; pass trainable_params as a list of parameter-name regexes")
+    else:
+        if layers is not None:
+            raise ConfigError("trainable_layers applies to trainable_params 'wmdp' or 'layers'; a list of regexes names "
+                              "the parameters itself (drop trainable_layers)")
+        try:
+            patterns = [re.compile(str(x)) for x in params]
+        except re.error as err:
+            raise ConfigError(f"trainable_params: invalid regex ({err})") from None
+        picked = [p for p in model.parameters() if any(r.fullmatch(names[id(p)]) for r in patterns)]
+        if not picked:
+            raise ConfigError(f"trainable_params {list(params)} match no parameter name (e.g. {next(iter(names.values()))!r})")
     for p in model.parameters():
         p.requires_grad_(False)
-    for i in chosen:
-        for p in stack[i].parameters():
-            p.requires_grad_(True)
-    return chosen
+    for p in picked:
+        p.requires_grad_(True)
+    return sorted(names[id(p)] for p in picked)
 
 
 def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tuple[dict, float]:
@@ -181,10 +251,10 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
     acc = accelerator or make_accelerator(train)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
-    if "trainable_layers" in rm.loop_kw and has_adapters(model):
-        raise ConfigError("RMU chooses trainable layers itself; run it without LoRA (model.lora.enabled=false)")
-    if "trainable_layers" in rm.loop_kw:
-        freeze_except_layers(model, rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
+    if "trainable_params" in rm.loop_kw and has_adapters(model):
+        raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
+    if "trainable_params" in rm.loop_kw:
+        select_trainable(model, rm.loop_kw["trainable_params"], rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
     frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
     if frozen is not None:
         frozen.model.to(acc.device)
@@ -193,11 +263,12 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     opt, sched = make_optimizer(model, train, steps)
     model, opt = acc.prepare(model, opt)
     pad = pad_id(tokenizer)
-    plan = paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed)
+    plan = with_steps(paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed),
+                      train.grad_accum)
 
-    def compute(micro: tuple[list[int], list[int]], part: str) -> tuple[float, torch.Tensor]:
-        side, idx = (fside, micro[0]) if part == "forget" else (rside, micro[1])
-        return side.weight, side.loss(model, frozen, idx, acc, pad)  # type: ignore[union-attr]
+    def compute(micro: tuple[list[int], list[int], tuple[StepShare, StepShare]], part: str) -> tuple[float, torch.Tensor]:
+        side, idx, step = (fside, micro[0], micro[2][0]) if part == "forget" else (rside, micro[1], micro[2][1])
+        return side.weight, side.loss(model, frozen, idx, acc, pad, step)  # type: ignore[union-attr]
 
     from obliviate.synthesis import RuleState
 
@@ -210,7 +281,11 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
              max_length: int = 256, accelerator: Any = None, desc: str = "finetune") -> TrainResult:
-    """Supervised fine-tuning: minimise answer-token NLL (per-example mean) on QA rows or raw documents."""
+    """Supervised fine-tuning: minimise answer-token NLL on QA rows or raw documents.
+
+    The NLL is averaged per example, then over examples (not Hugging Face Trainer's token pooling):
+    the built-in targets and retain models, and the tables measured on them, were trained this way.
+    """
     acc = accelerator or make_accelerator(train)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes

@@ -1,0 +1,84 @@
+"""Every shipped preset loads with obliviate's config loader, names registered components, cites its
+source, and equals what scripts/make_presets.py writes (so nobody hand-edits a generated file)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from obliviate.config import RunConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+GENERATED = ("tofu", "synthetic", "muse", "wmdp")
+
+
+def _command(path: Path) -> str:
+    """The CLI command a config file is written for (as `obliviate validate`/`unlearn`/... would load it)."""
+    if path.parent == CONFIGS and path.stem.startswith("demo"):
+        return "demo"
+    return "finetune" if path.stem.startswith("finetune") else "unlearn"
+
+
+def _make_presets():
+    spec = importlib.util.spec_from_file_location("make_presets", ROOT / "scripts" / "make_presets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ALL = sorted(CONFIGS.rglob("*.yaml"))
+UNLEARN = [p for p in ALL if _command(p) == "unlearn"]
+
+
+def test_presets_exist() -> None:
+    assert {p.parent.name for p in UNLEARN} >= set(GENERATED)
+    assert len(list((CONFIGS / "wmdp").glob("*.yaml"))) == 18  # RMU / NPO / SimNPO x sum / PCGrad / SAGO x bio / cyber
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_yaml_loads(path: Path) -> None:
+    from obliviate.cli import _config_class
+
+    load_config(_config_class(_command(path), str(path)), path)
+
+
+@pytest.mark.parametrize("path", UNLEARN, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_methods_name_registered_components(path: Path) -> None:
+    """Names only: hyper-parameter keys are checked by `obliviate validate` (resolve_method)."""
+    from obliviate.objectives import FORGET, RETAIN
+    from obliviate.synthesis import RULES
+
+    method = load_config(RunConfig, path).method
+    assert method.forget in FORGET.names()
+    assert method.retain is None or method.retain in RETAIN.names()
+    assert method.combine.rule in RULES.names()
+
+
+@pytest.mark.parametrize("target", GENERATED)
+def test_generated_presets_cite_a_source_and_are_current(target: str, tmp_path: Path) -> None:
+    _make_presets().main(tmp_path)
+    written = sorted(p.name for p in (tmp_path / target).glob("*.yaml"))
+    shipped = sorted(p.name for p in (CONFIGS / target).glob("*.yaml") if not p.stem.startswith("finetune"))
+    assert written == shipped
+    for name in written:
+        text = (tmp_path / target / name).read_text(encoding="utf-8")
+        assert text == (CONFIGS / target / name).read_text(encoding="utf-8"), f"rerun scripts/make_presets.py ({name})"
+        assert any(line.startswith("# Source: ") for line in text.splitlines()), name
+
+
+def test_wmdp_presets_are_runnable_as_written() -> None:
+    """Zephyr-7B in bf16 on 512-token windows of the WMDP corpora; RMU trains WMDP's layers at layer 7."""
+    for path in sorted((CONFIGS / "wmdp").glob("*.yaml")):
+        cfg = load_config(RunConfig, path)
+        corpus = path.stem.rsplit("_", 1)[1]
+        assert cfg.model.path == "HuggingFaceH4/zephyr-7b-beta" and cfg.model.dtype == "bfloat16"
+        assert cfg.data.format == "text" and cfg.data.max_length == 512
+        assert cfg.data.forget_split.startswith(f"{corpus}-forget-corpus")
+        assert cfg.data.retain_split.startswith(f"{corpus}-retain-corpus")
+        assert cfg.train.max_steps and cfg.train.batch_size * cfg.train.grad_accum == 32
+        assert cfg.method.combine.rule == path.stem.split("_")[1]
+        if cfg.method.forget == "rmu":
+            assert cfg.method.forget_args["layer"] == cfg.method.retain_args["layer"] == 7
+            assert cfg.method.forget_args["trainable_params"] == "wmdp"
