@@ -65,10 +65,9 @@ METHODS = {
                       train={t: {"lr": 1.0e-4, "batch_size": 2, "grad_accum": 8} for t in ("tofu", "muse")},
                       train_src=f"lr 1e-4 and batch 2 x 8: {OU} configs/trainer/UNDIAL.yaml, "
                                 "community/methods/UNDIAL/README.md"),
-    "rmu": _method("RMU: steer layer-L hidden states of forget text to c*u (c 2), keep retain hidden states (alpha 1); "
-                   "every parameter trained",
+    "rmu": _method("RMU: steer layer-L hidden states of forget text to c*u, keep retain hidden states (alpha x MSE)",
                    {"forget": "rmu", "retain": "hidden_mse", "alpha": 1.0, "gamma": 1.0},
-                   f"{OU} configs/trainer/RMU.yaml (steering_coeff 2, alpha 1, EMBED_DIFF, trainable .*)"),
+                   "per target (see TARGETS[...]['rmu'])"),
     "asu_gd": _method("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"},
                       "ASU paper (arXiv 2603.01285), METHODS.md section 1; no public code"),
     "asu_kl": _method("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
@@ -103,6 +102,9 @@ TARGETS = {
         "eval": {"forget_split": "forget01_perturbed", "retain_model": "runs/tofu-retain99-tiny"},
         "asu_args": {"tau": 2.0, "layers": None},
         "rmu_layer": 2,  # the tiny 4-layer target
+        "rmu": {"steering_coef": 300.0, "alpha": 1000.0, "trainable_params": "wmdp",
+                "src": f"{OU} configs/trainer/RMU.yaml at commit 8f9872c (steering_coeff 300, alpha 1000, module "
+                       "layer 7, trainable mlp.down_proj of layers 5-7 = trainable_params wmdp)"},
     },
     "synthetic": {
         "note": "the demo's synthetic world and target model (run `obliviate demo` first); forget10 = 2 authors.",
@@ -115,6 +117,9 @@ TARGETS = {
                  "batch_size": 32},
         "asu_args": {"tau": 16.0, "layers": [0]},
         "rmu_layer": 1,  # the demo's 2-layer model
+        "rmu": {"steering_coef": 2.0, "alpha": 1.0, "trainable_params": [".*"],
+                "src": "tuned to the demo's 2-layer from-scratch model (hidden states of norm ~1; c 300 would only "
+                       "blow them up): c 2, alpha 1, every parameter"},
     },
     "muse": {
         "note": "MUSE-News raw text (hub; a local copy in the hub layout works too) from MUSE's target model; "
@@ -130,6 +135,9 @@ TARGETS = {
         "muse": {"source": "muse-bench/MUSE-News", "retrain_model": "muse-bench/MUSE-news_retrain"},
         "asu_args": {"tau": 2.0, "layers": None},
         "rmu_layer": 7,
+        "rmu": {"steering_coef": 300.0, "alpha": 1000.0, "trainable_params": "wmdp",
+                "src": f"{OU} configs/trainer/RMU.yaml at commit 8f9872c (steering_coeff 300, alpha 1000, module "
+                       "layer 7, trainable mlp.down_proj of layers 5-7 = trainable_params wmdp)"},
         "skip": ("idk_dpo", "idk_ap"),  # refusals answer questions; MUSE trains on raw text
     },
 }
@@ -147,13 +155,16 @@ def preset(name: str, target: str) -> tuple[str, dict]:
     if method["forget"] == "asu":
         method["forget_args"] = dict(t["asu_args"])
     if method["forget"] == "rmu":
-        method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": 2.0, "trainable_params": [".*"]}
+        r = t["rmu"]
+        method["forget_args"] = {"layer": t["rmu_layer"], "steering_coef": r["steering_coef"],
+                                 "trainable_params": r["trainable_params"]}
         method["retain_args"] = {"layer": t["rmu_layer"]}
+        method["alpha"] = r["alpha"]
     train = {**t["train"], **recipe["train"].get(target, {})}
     cfg = {"model": t["model"], "data": t["data"], "method": method, "train": train, "eval": t["eval"],
            **({"muse": t["muse"]} if "muse" in t else {}), "output_dir": f"runs/{target}-{name}"}
     train_src = t["train_src"] + (f"; {recipe['train_src']}" if target in recipe["train"] else "")
-    header = _header([f"{recipe['desc']}.", f"Source: {recipe['muse_src'] if on_muse else recipe['src']}.",
+    header = _header([f"{recipe['desc']}.", f"Source: {t['rmu']['src'] if method['forget'] == 'rmu' else recipe['muse_src'] if on_muse else recipe['src']}.",
                       f"Training: {train_src}.",
                       f"On {t['note']}", f"Run from the repository root: obliviate unlearn --config "
                                          f"configs/{target}/{name}.yaml"])

@@ -34,9 +34,9 @@ def plain_sgd(monkeypatch):
     monkeypatch.setattr(unlearn_mod, "make_optimizer", _sgd)
 
 
-def _cfg():
-    return TrainConfig(max_steps=1, batch_size=N, lr=1.0, max_grad_norm=None, weight_decay=0.0,
-                       scheduler="constant", progress=False)
+def _cfg(batch_size=N, grad_accum=1):
+    return TrainConfig(max_steps=1, batch_size=batch_size, grad_accum=grad_accum, lr=1.0, max_grad_norm=None,
+                       weight_decay=0.0, scheduler="constant", progress=False)
 
 
 def _grads(model, loss):
@@ -122,3 +122,22 @@ def test_objective_sees_the_configured_teacher(tau, layers, monkeypatch, small_w
     mask = got.mask.unsqueeze(-1)
     for alt in (plain, other):  # the test could tell: θ0 unsmoothed, or the paper default (2, all layers)
         assert float(((alt.log_probs()[order] - wanted).abs() * mask).max()) > 1e-3
+
+
+@pytest.mark.parametrize("rule", ["sum", "sago"])
+@pytest.mark.parametrize("reduction", ["token", "example"])
+def test_accumulated_step_writes_the_same_combination(rule, reduction, plain_sgd, small_world, small_tok,
+                                                      trained_small):
+    """2 micro-batches of 2 accumulated = one batch of 4: token pooling counts the whole step's tokens."""
+    forget, retain = small_world.splits["forget10"][:N], small_world.splits["retain90"][:N]
+    args = {"reduction": reduction}
+    g_f = _side_grads(trained_small, small_tok, forget, "ga", FORGET, args)
+    g_r = _side_grads(trained_small, small_tok, retain, "nll", RETAIN, args)
+    expected, _ = combine(rule, g_f, g_r, alpha=ALPHA, gamma=GAMMA, state=RuleState())
+    model = copy.deepcopy(trained_small)
+    before = [p.detach().clone() for p in model.parameters()]
+    method = MethodConfig(forget="ga", forget_args=args, retain="nll", retain_args=args, alpha=ALPHA, gamma=GAMMA,
+                          combine=CombineConfig(rule=rule, separate_backward=True))
+    unlearn(model, small_tok, forget, retain, method, _cfg(batch_size=N // 2, grad_accum=2), max_length=64)
+    for p0, p1, g in zip(before, model.parameters(), expected):
+        torch.testing.assert_close(p0 - p1.detach(), g, rtol=2e-4, atol=2e-6)
