@@ -397,3 +397,12 @@ def test_flash_backend_is_refused_with_a_hint() -> None:
     with pytest.raises(SmoothingError, match="flash_attention_2.*sdpa"):
         smooth_attention(model, 2.0)
     assert model.config._attn_implementation == "flash_attention_2"
+
+
+def test_tempered_kwargs_divide_the_backend_default_scaling() -> None:
+    """Backends read scaling=None as 1/sqrt(head_dim): head_dim 16, tau 2 -> 0.25 / 2 = 0.125; an explicit
+    0.3 -> 0.15; a soft-cap 50 -> 25; other keyword arguments pass through untouched."""
+    from obliviate.modeling.smoothing import _tempered_kwargs
+
+    assert _tempered_kwargs({"scaling": None, "dropout": 0.1}, 2.0, 16) == {"scaling": 0.125, "dropout": 0.1}
+    assert _tempered_kwargs({"scaling": 0.3, "softcap": 50.0}, 2.0, 16) == pytest.approx({"scaling": 0.15, "softcap": 25.0})
