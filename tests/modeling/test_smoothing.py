@@ -406,3 +406,16 @@ def test_tempered_kwargs_divide_the_backend_default_scaling() -> None:
 
     assert _tempered_kwargs({"scaling": None, "dropout": 0.1}, 2.0, 16) == {"scaling": 0.125, "dropout": 0.1}
     assert _tempered_kwargs({"scaling": 0.3, "softcap": 50.0}, 2.0, 16) == pytest.approx({"scaling": 0.15, "softcap": 25.0})
+
+
+def test_models_that_branch_on_the_backend_name_are_refused() -> None:
+    """DeepSeek-V3.2 builds its sparse top-k mask only when the backend is named 'eager'/'sdpa': refuse, don't drop it."""
+    import importlib
+
+    from obliviate.modeling.smoothing import branches_on_backend_name
+
+    importlib.import_module("transformers.models.deepseek_v32.modeling_deepseek_v32")
+    importlib.import_module("transformers.models.llama.modeling_llama")
+    assert branches_on_backend_name("transformers.models.deepseek_v32.modeling_deepseek_v32")
+    assert not branches_on_backend_name("transformers.models.llama.modeling_llama")
+    assert not branches_on_backend_name("transformers.models.gpt2.modeling_gpt2")  # `== "eager"`: handled itself

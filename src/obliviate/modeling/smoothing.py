@@ -30,6 +30,8 @@ import inspect
 import math
 import numbers
 import operator
+import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -176,6 +178,23 @@ def _routes_through_interface(cls: type) -> bool:
     return "ALL_ATTENTION_FUNCTIONS" in source
 
 
+# Code that picks a path by the backend's NAME would take another path under `obliviate_<backend>`:
+# the sparse-indexer models (DeepSeek-V3.2, GLM-MoE-DSA, Mistral-Large-4, ...) build their top-k mask
+# only when the name is literally "eager" or "sdpa", so smoothing would silently drop that mask.
+_NAME_BRANCH = re.compile(r"_attn_implementation\s+(?:not\s+)?in\s+\(\s*[\"'](?:eager|sdpa)[\"']")
+
+
+@functools.cache
+def branches_on_backend_name(module_name: str) -> bool:
+    """Whether the modeling module `module_name` tests `_attn_implementation in ("eager", "sdpa")`."""
+    mod = sys.modules.get(module_name)
+    try:
+        source = inspect.getsource(mod) if mod is not None else ""
+    except (OSError, TypeError):
+        return False
+    return bool(_NAME_BRANCH.search(source))
+
+
 def _attention_modules(model: nn.Module) -> list[nn.Module]:
     """The self-attention modules of `model` (class name ending in 'Attention' with an int layer_idx)."""
     name = type(model).__name__
@@ -189,6 +208,12 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
             f"attention calls transformers' AttentionInterface (Llama, Mistral, Qwen2/3, Gemma, GPT-2, ...)."
         )
     for cls in {type(m) for m in found}:
+        if branches_on_backend_name(cls.__module__):
+            raise SmoothingError(
+                f"{name}: {cls.__module__} chooses code paths by the attention backend's name (e.g. its sparse "
+                f"top-k mask is built only for 'eager'/'sdpa'), so a smoothed backend would silently change the "
+                f"model beyond the temperature; smoothing does not support this architecture yet."
+            )
         if not _routes_through_interface(cls):
             raise SmoothingError(
                 f"{name}: {cls.__name__} computes attention itself instead of calling transformers' "
