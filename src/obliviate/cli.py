@@ -41,16 +41,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config_class(command: str, config_file: str | None = None) -> type:
-    """The config dataclass of a command; for `demo`, the YAML's `kind: knowledge` picks the real-model demo."""
-    from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, RunConfig, read_yaml
-    from obliviate.demo import DemoConfig
+    """The config dataclass of a command; for `demo`, the YAML's `kind: knowledge` picks the real-model demo.
 
-    if command == "demo" and config_file and read_yaml(config_file).get("kind") == "knowledge":
-        from obliviate.knowledge_demo import KnowledgeDemoConfig
+    Only the demos' modules import torch, and only for `demo`: every other command reads its config (and
+    reports a missing file or an unknown key) without loading torch."""
+    from obliviate import config
 
-        return KnowledgeDemoConfig
-    return {"demo": DemoConfig, "finetune": FinetuneConfig, "unlearn": RunConfig, "eval": EvalRunConfig,
-            "calibrate": CalibrateConfig, "validate": RunConfig}[command]
+    if command == "demo":
+        kind = config.read_yaml(config_file).get("kind") if config_file else None
+        if kind == "knowledge":
+            from obliviate.knowledge_demo import KnowledgeDemoConfig
+
+            return KnowledgeDemoConfig
+        from obliviate.demo import DemoConfig
+
+        return DemoConfig
+    return {"finetune": config.FinetuneConfig, "unlearn": config.RunConfig, "eval": config.EvalRunConfig,
+            "calibrate": config.CalibrateConfig, "validate": config.RunConfig}[command]
 
 
 def _eval_shortcuts(args: argparse.Namespace) -> list[str]:
@@ -104,9 +111,15 @@ def _run(args: argparse.Namespace) -> int:
         run_report(args.run_dir, args.out)
         return 0
     if args.help_config:
-        from obliviate.config import describe
+        from obliviate.config import RunConfig, describe
 
-        for key, default, text in describe(_config_class(args.command, args.config)):
+        cls = _config_class(args.command, args.config)
+        rows = describe(cls)
+        if cls is RunConfig:  # each objective's own keys, under method.forget_args / method.retain_args
+            from obliviate.commands import objective_keys
+
+            rows += objective_keys()
+        for key, default, text in rows:
             print(f"{key:<36} {default!r:<24} {text}")
         return 0
     overrides = (_eval_shortcuts(args) if args.command == "eval" else []) + list(args.overrides)
@@ -136,10 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except ObliviateError as exc:
-        print(f"obliviate: error: {exc}", file=sys.stderr)
+        print(f"obliviate: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, always
         return 2
-    except KeyboardInterrupt:
-        print("obliviate: interrupted; nothing was written", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"obliviate: interrupted; {exc or 'nothing was written'}", file=sys.stderr)
         return 130
 
 

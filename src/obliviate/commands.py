@@ -6,18 +6,17 @@ from typing import Any
 
 import yaml
 
-from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, to_dict
-from obliviate.data.rows import check_disjoint, load_split
+from obliviate.config import (CalibrateConfig, EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, method_label,
+                              to_dict)
 from obliviate.errors import ConfigError
-from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
-from obliviate.modeling.load import atomic_dir, check_output_dir, load_pretrained, load_tokenizer, save_model, write_json
-from obliviate.report.markdown import console_table, metrics_markdown, write_report
+from obliviate.paths import check_model_source, check_output_dir, check_tokenizer_source, layer_count
+from obliviate.preflight import (check_layer_sets, check_method_layers, input_paths, load_data, need, preflight_calibrate,
+                                 preflight_unlearn)
 
-
-def _need(value: str, key: str, example: str) -> str:
-    if not value:
-        raise ConfigError(f"{key} is not set; add {key}={example} (on the command line or in the YAML)")
-    return value
+# Heavy modules (torch, transformers) are imported inside the commands that need them, so that config errors,
+# --help and `report` answer without loading them.
+_need = need
+_load_data = load_data
 
 
 def _main_process() -> bool:
@@ -28,7 +27,11 @@ def _main_process() -> bool:
 
 
 def _load(mc: ModelConfig) -> tuple[Any, Any]:
+    from obliviate.modeling.load import load_pretrained
+
     _need(mc.path, "model.path", "<model dir or hub id>")
+    if mc.tokenizer:
+        check_tokenizer_source(mc.tokenizer, "model.tokenizer")
     model, tok = load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
                                  trust_remote_code=mc.trust_remote_code)
     if mc.lora.enabled:
@@ -49,6 +52,9 @@ def _saveable(model: Any, mc: ModelConfig) -> Any:
 
 
 def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
+    from obliviate.modeling.load import write_json
+    from obliviate.report.markdown import console_table, metrics_markdown, write_report
+
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     write_json(out / "metrics.json", metrics)
     if metrics.get("continual_table"):
@@ -68,6 +74,9 @@ def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None
 def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int) -> dict[str, Any]:
     """TOFU evaluation on the configured splits; eval.retain_model gives forget quality, PrivLeak's
     retrained reference and the MIA reference model."""
+    from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.modeling.load import load_pretrained
+
     splits = load_eval_splits(source, cfg)
     retain_tr = retain_model = None
     if cfg.retain_model:
@@ -84,20 +93,22 @@ def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int) -> d
     return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
 
 
-def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
-    """Load θ0, unlearn the forget split, evaluate, and save model + config + metrics atomically."""
-    from obliviate.train.unlearn import resolve_method, unlearn
+def _model_layers(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    return layer_count(config.to_dict()) if hasattr(config, "to_dict") else None
 
-    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/my-run"), cfg.overwrite)
-    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
-    resolve_method(cfg.method)  # unknown names / keys fail before any loading
-    forget, retain = _load_data(source, cfg.data.format, [cfg.data.forget_split]), \
-        _load_data(source, cfg.data.format, [cfg.data.retain_split])
-    if cfg.data.format == "qa":
-        check_disjoint(forget, retain)
-    if cfg.continual.enabled and cfg.data.format == "text":
-        raise ConfigError("continual unlearning is evaluated on QA rows; use data.format=qa (or a single request)")
+
+def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
+    """Pre-flight (as `validate`), load θ0, unlearn the forget split, evaluate, save model + config + metrics atomically."""
+    from obliviate.modeling.load import atomic_dir, save_model
+    from obliviate.train.unlearn import unlearn
+
+    plan = preflight_unlearn(cfg)
+    forget, retain, source = plan.forget, plan.retain, cfg.data.source
     model, tok = _load(cfg.model)
+    n_layers = _model_layers(model)
+    if plan.n_layers is None and n_layers is not None:  # no config.json to read before (e.g. a hub id not cached)
+        check_method_layers(cfg.method, plan.method, n_layers)
     if cfg.continual.enabled:
         metrics = _continual(model, tok, forget, retain, cfg)
         if not _main_process():
@@ -115,9 +126,9 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         from obliviate.eval.runner import evaluate_muse_run
 
         metrics["eval"] = evaluate_muse_run(model, tok, cfg.muse)
-    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+    with atomic_dir(cfg.output_dir, cfg.overwrite, input_paths(cfg)) as out:
         save_model(out, _saveable(model, cfg.model), tok)
-        _write_run(out, cfg, metrics, f"{cfg.method.forget}+{cfg.method.retain}")
+        _write_run(out, cfg, metrics, cfg.method.label)
     print(f"saved to {cfg.output_dir}")
     return metrics
 
@@ -129,7 +140,10 @@ def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig)
     from obliviate.train.continual import continual_table, run_continual, split_requests
 
     reqs = split_requests(forget, cfg.continual.requests, authors_per_request=cfg.continual.authors_per_request)
-    main = _main_process()
+    from obliviate.train.loop import make_accelerator
+
+    # the accelerator decides the launch (torchrun on CPU: gloo); a bare PartialState here would not
+    main = make_accelerator(cfg.train).is_main_process
     res = run_continual(model, tok, reqs, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
                         config=cfg.continual, eval_fn=None if main else (lambda m, i, seen: {}),
                         log=print if main else (lambda s: None))
@@ -140,33 +154,23 @@ def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig)
             "continual": dataclasses.asdict(res), "continual_table": table}
 
 
-def _load_data(source: str, fmt: str, splits: list) -> list:
-    """QA rows (format qa) or raw documents (format text) of the named splits, concatenated."""
-    if not splits:
-        raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
-    if fmt == "text":
-        from obliviate.data.text import load_texts
-
-        skipped: list[str] = []  # empty documents (MUSE-News raw/forget.json item 821) are left out, counted
-        docs = [t for s in splits for t in load_texts(source, str(s), skipped=skipped)]
-        if skipped:
-            print(f"skipped {len(skipped)} empty document(s): {', '.join(skipped[:5])}"
-                  + (" ..." if len(skipped) > 5 else ""))
-        return docs
-    return [r for s in splits for r in load_split(source, str(s))]
-
-
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune a model (or a freshly built tiny one) on QA splits and save it with its tokenizer."""
+    from obliviate.modeling.load import atomic_dir, load_tokenizer, save_model
     from obliviate.train.unlearn import finetune
 
-    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite)
+    inputs = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "data.source": cfg.data.source,
+              "train.checkpoint_dir": cfg.train.checkpoint_dir}
+    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite, inputs)
     source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
     rows = _load_data(source, cfg.data.format, list(cfg.data.splits))
-    if _need(cfg.model.path, "model.path", "tiny") == "tiny":
+    if _need(cfg.model.path, "model.path", "tiny") != "tiny":
+        check_model_source(cfg.model.path, "model.path")
+    if cfg.model.path == "tiny":
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
         if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's for its retain model
+            check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer")
             tok = load_tokenizer(cfg.model.tokenizer)
         else:
             texts = rows if cfg.data.format == "text" else [t for r in rows for t in (r.question, r.answer)]
@@ -178,7 +182,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length)
     if not _main_process():
         return {}
-    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+    with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
         save_model(out, _saveable(model, cfg.model), tok)
         _write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
     print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
@@ -188,10 +192,18 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     """Evaluate a saved model on one benchmark and write metrics.json + report.md."""
     from obliviate.eval.runner import evaluate_mcq_run, evaluate_muse_run, evaluate_rwku_run
+    from obliviate.modeling.load import atomic_dir
 
-    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite)
+    inputs = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "eval.source": cfg.eval.source,
+              "eval.retain_model": cfg.eval.retain_model, "muse.source": cfg.muse.source,
+              "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
+    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)
     if cfg.benchmark == "tofu":
         source = _need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
+    check_model_source(_need(cfg.model.path, "model.path", "<model dir or hub id>"), "model.path")
+    for key in ("eval.retain_model", "muse.retrain_model"):
+        if inputs[key] and key.split(".")[0] == ("eval" if cfg.benchmark == "tofu" else cfg.benchmark):
+            check_model_source(inputs[key], key)
     model, tok = _load(cfg.model)
     label = Path(cfg.model.path).name or cfg.model.path
     if cfg.benchmark == "tofu":
@@ -200,7 +212,7 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
         run = {"muse": evaluate_muse_run, "mcq": evaluate_mcq_run, "rwku": evaluate_rwku_run}[cfg.benchmark]
         metrics = {"eval": run(model, tok, getattr(cfg, cfg.benchmark))}
     metrics["benchmark"] = cfg.benchmark
-    with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+    with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
         _write_run(out, cfg, metrics, label if cfg.benchmark == "tofu" else f"{cfg.benchmark}: {label}")
     return metrics
 
@@ -235,20 +247,20 @@ def list_components() -> str:
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
     from obliviate.eval.analysis import calibrate, default_layer_sets
+    from obliviate.modeling.load import atomic_dir, write_json
     from obliviate.report.markdown import calibration_table
 
-    if cfg.output_dir:
-        check_output_dir(cfg.output_dir, cfg.overwrite)
-    rows = load_split(_need(cfg.source, "source", "<data dir or hub id>"), cfg.split)
-    rows = rows[: cfg.max_examples] if cfg.max_examples else rows
+    rows = preflight_calibrate(cfg)
     model, tok = _load(cfg.model)
-    layer_sets = cfg.layer_sets if cfg.layer_sets is not None else default_layer_sets(model.config.num_hidden_layers)
+    n_layers = _model_layers(model) or model.config.num_hidden_layers
+    check_layer_sets(cfg.layer_sets, n_layers)
+    layer_sets = cfg.layer_sets if cfg.layer_sets is not None else default_layer_sets(n_layers)
     res = calibrate(model, tok, rows, [float(t) for t in cfg.taus], layer_sets, functional_budget=cfg.functional_budget,
                     min_factual=cfg.min_factual, max_length=cfg.max_length)
     text = calibration_table(res)
     print(text)
     if cfg.output_dir:
-        with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
+        with atomic_dir(cfg.output_dir, cfg.overwrite, {"model.path": cfg.model.path, "source": cfg.source}) as out:
             write_json(out / "calibration.json", {"config": to_dict(cfg), **res})
             (out / "calibration.md").write_text(text + "\n", encoding="utf-8")
     return res
@@ -263,7 +275,8 @@ def run_report(run_dir: str, out: str | None = None) -> Path:
     cfg_file = Path(run_dir) / "obliviate.yaml"
     if cfg_file.is_file():
         method = (yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}).get("method") or {}
-        label = f"{method.get('forget')}+{method.get('retain')}" if method.get("forget") else None
+        rule = (method.get("combine") or {}).get("rule", "sum")
+        label = method_label(method.get("forget"), method.get("retain"), rule) if method.get("forget") else None
     results = load_results(run_dir, label=label)
     tmp = path.with_name(path.name + ".tmp")
     write_html(tmp, results)
@@ -272,42 +285,39 @@ def run_report(run_dir: str, out: str | None = None) -> Path:
     return path
 
 
-def _describe_model(path: str) -> str:
-    """What kind of model source `path` is, after checking what can be checked offline."""
-    from obliviate.modeling import gguf
-
-    if gguf.is_gguf_source(path):
-        gguf.require_gguf_package()
-        file = gguf.gguf_file(path)
-        cached = (gguf.cached_dir(file) / gguf.MARKER).is_file()
-        return f"GGUF file {file} ({'converted, in' if cached else 'converted on first load into'} {gguf.cache_root()})"
-    p = Path(path)
-    if p.exists() and not (p / "config.json").is_file():
-        raise ConfigError(f"model.path {p} has no config.json: not a model directory")
-    return f"{'local directory' if p.exists() else 'hub id (not checked offline)'} {path}"
-
-
 def run_validate(cfg: RunConfig) -> dict[str, Any]:
-    """Check an unlearning recipe without training: config, method, data splits, model files, eval splits."""
-    from obliviate.train.unlearn import resolve_method
+    """Check an unlearning recipe without training: the same pre-flight as `unlearn`, then a summary."""
+    plan = preflight_unlearn(cfg, need_output=False)
+    print("valid:\n  " + "\n  ".join(plan.lines))
+    return {"lines": plan.lines}
 
-    rm = resolve_method(cfg.method)
-    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
-    forget = _load_data(source, cfg.data.format, [cfg.data.forget_split])
-    retain = _load_data(source, cfg.data.format, [cfg.data.retain_split])
-    if cfg.data.format == "qa":
-        check_disjoint(forget, retain)
-    lines = [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
-             f"needs {sorted(rm.needs()) or 'nothing extra'}",
-             f"data: {len(forget)} forget and {len(retain)} retain {'rows' if cfg.data.format == 'qa' else 'documents'}",
-             "model: " + _describe_model(_need(cfg.model.path, "model.path", "<model dir or hub id>"))]
-    if cfg.eval.enabled and cfg.data.format == "qa":
-        splits = load_eval_splits(source, cfg.eval)
-        lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
-        if cfg.eval.retain_model and Path(cfg.eval.retain_model).exists() \
-                and not (Path(cfg.eval.retain_model) / "config.json").is_file():
-            raise ConfigError(f"eval.retain_model {cfg.eval.retain_model} has no config.json: not a model directory")
-    if cfg.output_dir:
-        check_output_dir(cfg.output_dir, cfg.overwrite)
-    print("valid:\n  " + "\n  ".join(lines))
-    return {"lines": lines}
+
+KEY_HELP = {
+    "tau": "attention temperature of the teacher (> 1 smooths; <= 1 needs method.allow_unusual_tau=true)",
+    "layers": "layers whose attention is smoothed (null: all; negative indices count from the last layer)",
+    "reduction": "token: mean over all tokens of the batch | example: mean per example, then over examples",
+    "beta": "inverse temperature of the loss",
+    "delta": "reward margin",
+    "layer": "decoder layer whose output is steered (0-based)",
+    "steering_coef": "norm c of the steering vector c·u",
+    "seed": "seed of the random steering direction",
+    "trainable_params": "wmdp (mlp.down_proj of the trainable layers) | layers | list of parameter-name regexes",
+    "trainable_layers": "layers trained (null: layer-2..layer)",
+}
+
+
+def objective_keys() -> list[tuple[str, Any, str]]:
+    """(key, default, help) of every registered forget objective's and retain term's own hyper-parameters."""
+    from obliviate.objectives import FORGET, RETAIN
+
+    rows = []
+    for section, reg, what in (("method.forget_args", FORGET, "method.forget"), ("method.retain_args", RETAIN,
+                                                                                 "method.retain")):
+        for name in reg.names():
+            spec = reg.get(name)
+            for key, default in spec.defaults().items():
+                allowed = spec.allowed().get(key)
+                text = KEY_HELP.get(key, "hyper-parameter of the loss") + (f" ({' | '.join(map(str, allowed))})"
+                                                                           if allowed else "")
+                rows.append((f"{section}.{key}", default, f"[{what}={name}] {text}"))
+    return rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from obliviate.errors import ConfigError
+from obliviate.strict_yaml import safe_load
 
 
 def _require(ok: bool, key: str, value: Any, rule: str) -> None:
@@ -53,6 +55,10 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "allow custom model code from the hub (off unless you trust it)")
     lora: LoraSettings = section(LoraSettings(), "parameter-efficient unlearning with LoRA adapters")
 
+    def __post_init__(self) -> None:
+        dtypes = ("float32", "bfloat16", "float16")  # obliviate.modeling.load.DTYPES
+        _require(self.dtype in dtypes, "model.dtype", self.dtype, f"one of {', '.join(dtypes)}")
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -84,11 +90,55 @@ class MethodConfig:
     gamma: float = _f(1.0, "forget weight γ")
     alpha: float = _f(1.0, "retain weight α")
     refusals: str | None = _f(None, "file of refusal answers for idk/dpo/ap (null: the shipped TOFU list)")
+    allow_unusual_tau: bool = _f(False, "run ASU with forget_args.tau <= 1 anyway: tau = 1 makes the teacher the "
+                                        "model itself (ASU then does nothing), tau < 1 sharpens its attention "
+                                        "instead of smoothing it; both are refused unless this is true")
     combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients are combined (METHODS.md §2)")
 
     def __post_init__(self) -> None:
         _require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
         _require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
+        check_teacher_args(self.forget_args, self.allow_unusual_tau)
+
+    @property
+    def label(self) -> str:
+        """The run's name in tables and reports: forget+retain(+rule), e.g. npo+nll+sago."""
+        return method_label(self.forget, self.retain, self.combine.rule)
+
+
+def method_label(forget: Any, retain: Any, rule: Any = "sum") -> str:
+    """forget+retain+rule (retain left out when null, rule when it is the plain sum): ga+nll, npo+nll+sago."""
+    return "+".join(str(x) for x in (forget, retain, None if rule in (None, "sum") else rule) if x)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_layer_list(value: Any, key: str) -> None:
+    """null (every layer) or a non-empty list of int layer indices; the range needs the model (obliviate.preflight)."""
+    ok = value is None or (isinstance(value, list) and bool(value)
+                           and all(isinstance(i, int) and not isinstance(i, bool) for i in value))
+    _require(ok, key, value, "null (every layer) or a non-empty list of layer indices such as [0] or [0, 1] "
+                             "(negative indices count from the last layer)")
+
+
+def check_teacher_args(args: Mapping[str, Any], allow_unusual_tau: bool = False) -> None:
+    """ASU's teacher settings as far as the config tells: tau a finite number > 1 (or <= 1 with the opt-in),
+    layers null or a non-empty list of ints. The layer range is checked against the model before training."""
+    if "tau" in args:
+        tau = args["tau"]
+        _require(_is_number(tau) and tau > 0, "method.forget_args.tau", tau,
+                 "a finite number > 0 (ASU smooths with tau > 1; the paper uses 2.0-2.8)")
+        if tau == 1 and not allow_unusual_tau:
+            raise ConfigError("method.forget_args.tau=1 makes the teacher identical to the model, so ASU would change "
+                              "nothing; use tau > 1 (e.g. 2.0), or set method.allow_unusual_tau=true to run it anyway")
+        if tau < 1 and not allow_unusual_tau:
+            raise ConfigError(f"method.forget_args.tau={tau!r} < 1 sharpens the teacher's attention instead of "
+                              "smoothing it (ASU needs tau > 1, e.g. 2.0); set method.allow_unusual_tau=true to run "
+                              "it anyway")
+    if "layers" in args:
+        check_layer_list(args["layers"], "method.forget_args.layers")
 
 
 @dataclass(frozen=True)
@@ -107,6 +157,10 @@ class TrainConfig:
     progress: bool = _f(True, "show a rich progress bar")
     checkpoint_dir: str | None = _f(None, "directory for checkpoints; a run with one resumes from it")
     checkpoint_every: int = _f(0, "save a checkpoint every N optimizer steps (0 = never)")
+    resume: str = _f("auto", "a checkpoint in checkpoint_dir: auto = resume it when it was written by this same run "
+                             "(settings, model, data; else an error listing what differs) | never = start fresh "
+                             "(the old one is replaced when the first new one is written) | require = resume, "
+                             "error if there is none")
 
     def __post_init__(self) -> None:
         _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
@@ -122,6 +176,7 @@ class TrainConfig:
         _require(self.max_grad_norm is None or self.max_grad_norm > 0, "train.max_grad_norm", self.max_grad_norm, "> 0 or null")
         schedulers = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
         _require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")
+        _require(self.resume in ("auto", "never", "require"), "train.resume", self.resume, "auto, never or require")
 
 
 @dataclass(frozen=True)
@@ -325,6 +380,10 @@ class CalibrateConfig:
         _require(bool(self.taus) and all(isinstance(t, (int, float)) and t > 0 for t in self.taus),
                  "taus", self.taus, "a non-empty list of positive numbers")
         _require(self.functional_budget > 0, "functional_budget", self.functional_budget, "> 0")
+        _require(self.layer_sets is None or bool(self.layer_sets), "layer_sets", self.layer_sets,
+                 "null (a default sweep) or a non-empty list of layer sets such as [[0], [0, 1], null]")
+        for i, layers in enumerate(self.layer_sets or []):
+            check_layer_list(layers, f"layer_sets[{i}]")
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -400,7 +459,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {text!r} must look like key.sub=value (e.g. train.lr=1e-5)")
     key, val = text.split("=", 1)
     try:
-        parsed = yaml.safe_load(val) if val.strip() else ""
+        parsed = safe_load(val, f"override {text!r}") if val.strip() else ""
     except yaml.YAMLError:
         parsed = val
     return key.strip().split("."), parsed
@@ -424,11 +483,13 @@ def read_yaml(path: str | Path) -> dict:
     """A YAML mapping from a file, with clear errors for a missing file or bad syntax."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+        raise ConfigError(f"config file not found: {p}" + (" (it is a directory)" if p.is_dir() else ""))
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = safe_load(p.read_text(encoding="utf-8"), str(p))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+        raise ConfigError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -12,19 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, build, section, to_dict
-from obliviate.data.synthetic import corpus_texts, make_world, write_world
-from obliviate.eval.analysis import compare_models, entropy_by_layer
-from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
-from obliviate.modeling.smoothing import smoothed_teacher
-from obliviate.modeling.frozen import frozen_copy
-from obliviate.modeling.load import atomic_dir, save_model, write_json
-from obliviate.modeling.tiny import tiny_llama, train_tokenizer
-from obliviate.report.html import write_html
-from obliviate.report.markdown import console_table, write_report
-from obliviate.train.unlearn import finetune, unlearn
+
+# torch and everything built on it are imported inside the functions that run the demo, so that the CLI
+# checks a demo config (unknown keys, bad values) without loading them.
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,14 @@ class DemoConfig:
         _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
         reserved = {"retain", "target"} & set(self.methods)
         _require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
-        self.method_configs()  # every method section is checked now, with its key in the message
+        methods = self.method_configs()  # every method section is checked now, with its key in the message
+        if not self.base_model:  # the tiny model's depth is known now: ASU's layers must exist in it
+            from obliviate.paths import check_layer_indices
+
+            for name, method in methods.items():
+                if isinstance(method.forget_args.get("layers"), list):
+                    check_layer_indices(method.forget_args["layers"], self.tiny.layers,
+                                        f"methods.{name}.forget_args.layers")
 
     def method_configs(self) -> dict[str, MethodConfig]:
         """The `methods` mapping as validated MethodConfigs."""
@@ -80,6 +78,9 @@ def _eval_config(cfg: DemoConfig) -> EvalConfig:
 def _analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodConfig, ml: int) -> dict[str, Any]:
     """Factual vs functional log-prob shift of the unlearned model (and of ASU's teacher) on the forget
     answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
+    from obliviate.eval.analysis import compare_models, entropy_by_layer
+    from obliviate.modeling.smoothing import smoothed_teacher
+
     shift = compare_models(target, student, tok, rows, max_length=ml)
     out = {"token_shift": asdict(shift) | {"selectivity": shift.selectivity},
            "attention_entropy": entropy_by_layer(student, tok, rows, max_length=ml)}
@@ -106,6 +107,18 @@ def _phases(log: Any) -> Any:
 
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     """Run the whole story and write results.json, report.md, the world and the models."""
+    import torch
+
+    from obliviate.data.synthetic import corpus_texts, make_world, write_world
+    from obliviate.eval.analysis import entropy_by_layer
+    from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.modeling.frozen import frozen_copy
+    from obliviate.modeling.load import atomic_dir, save_model, write_json
+    from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+    from obliviate.report.html import write_html
+    from obliviate.report.markdown import console_table, write_report
+    from obliviate.train.unlearn import finetune, unlearn
+
     t0 = time.perf_counter()
     torch.manual_seed(cfg.world.seed)
     p = cfg.world.forget_percent

@@ -41,5 +41,35 @@ def run(out: Path, per_device_batch: int) -> None:
     acc.wait_for_everyone()
 
 
+def run_auto(out_dir: Path, per_device_batch: int) -> None:
+    """As `obliviate unlearn` does without train.cpu: unlearn builds its own accelerator (make_accelerator),
+    then only the main process writes. Each rank records what it saw in rank<RANK>.json; the main one
+    creates result.json exclusively, so two processes that both think they are rank 0 fail."""
+    import os
+
+    from accelerate import PartialState
+
+    torch.set_num_threads(1)
+    world = make_world(10, seed=1, forget_percents=(10,))
+    tok = train_tokenizer(corpus_texts(world), vocab_size=400)
+    model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()
+    cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
+                      scheduler="constant", weight_decay=0.0)
+    res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"],
+                  MethodConfig(forget="ga", retain="nll"), cfg, max_length=48)
+    state = PartialState()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info = {"num_processes": state.num_processes, "process_index": state.process_index,
+            "is_main": state.is_main_process, "distributed_type": str(state.distributed_type)}
+    (out_dir / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(info))
+    if state.is_main_process:
+        with open(out_dir / "result.json", "x") as f:
+            json.dump({"params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
+                       "history": res.history}, f)
+
+
 if __name__ == "__main__":
-    run(Path(sys.argv[1]), int(sys.argv[2]))
+    if sys.argv[3:] == ["auto"]:
+        run_auto(Path(sys.argv[1]), int(sys.argv[2]))
+    else:
+        run(Path(sys.argv[1]), int(sys.argv[2]))

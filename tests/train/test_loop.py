@@ -93,7 +93,9 @@ def test_atomic_dir_leaves_nothing_on_error_and_keeps_old(tmp_path):
 
 @pytest.mark.parametrize("rule", ["gru", "sum"])
 def test_resumed_run_equals_uninterrupted(rule, small_world, small_tok, trained_small, tmp_path):
-    """Stop after 2 of 4 steps (checkpoint), resume in a fresh call: same parameters and history."""
+    """Stop after 2 of 4 steps (checkpoint), resume in a fresh call: same parameters and history.
+
+    In-process (KeyboardInterrupt from the loop); test_checkpoint.py kills real processes (SIGKILL, SIGINT)."""
     method = MethodConfig(forget="npo", retain="nll", combine=CombineConfig(rule=rule))
     forget, retain = small_world.splits["forget10"], small_world.splits["retain90"]
     full = copy.deepcopy(trained_small)

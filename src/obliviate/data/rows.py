@@ -174,6 +174,9 @@ def split_file(directory: Path, split: str) -> Path:
 
 def load_hub(repo_id: str, split: str) -> list[QARow]:
     """Rows of config `split` of a hub dataset (e.g. locuslab/TOFU, forget10) via datasets.load_dataset."""
+    from obliviate.hub import require_hub
+
+    require_hub(f"data source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 
     try:

@@ -124,6 +124,9 @@ def split_source(directory: Path, split: str) -> Path:
 
 def load_hub_texts(repo_id: str, config: str | None, split: str, skipped: list[str] | None = None) -> list[str]:
     """Documents of `split` of hub dataset `repo_id` (config e.g. "raw") via datasets.load_dataset."""
+    from obliviate.hub import require_hub
+
+    require_hub(f"data source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 
     try:

@@ -105,6 +105,9 @@ def load_mcq_file(path: str | Path) -> list[MCQItem]:
 
 def load_mcq_hub(repo_id: str, config: str, split: str = "test") -> list[MCQItem]:
     """Items of a hub dataset: e.g. ("cais/wmdp", "wmdp-bio"), ("cais/wmdp", "wmdp-cyber"), ("cais/mmlu", "all")."""
+    from obliviate.hub import require_hub
+
+    require_hub(f"MCQ source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 
     try:

@@ -295,6 +295,9 @@ def _local_records(root: Path, name: str) -> list[tuple[str, Any]] | None:
 
 
 def _hub_records(repo_id: str) -> dict[str, list[tuple[str, Any]] | None]:
+    from obliviate.hub import require_hub
+
+    require_hub(f"MUSE source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 
     out: dict[str, list[tuple[str, Any]] | None] = {}

@@ -108,6 +108,9 @@ def target_from_record(rec: Any, where: str) -> UnlearnTarget:
 
 # ---------------------------------------------------------------- loading
 def _hub_records(repo_id: str, config: str, split: str) -> list[tuple[str, Any]]:
+    from obliviate.hub import require_hub
+
+    require_hub(f"RWKU source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 
     try:

@@ -142,7 +142,9 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
     model, tok = _read_gguf(file)
     plain = plain_copy(model)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared directory
+    from obliviate.paths import current_umask
+
+    tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the cache is an ordinary directory
     try:
         plain.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
+import signal
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
+from obliviate import paths
 from obliviate.errors import ObliviateError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,6 +35,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
+    paths.check_tokenizer_source(path, "tokenizer")
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -51,11 +54,7 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
-    p = Path(path)
-    if (p.exists() or str(path).startswith((".", "/"))) and not (p / "config.json").is_file():
-        raise ObliviateError(f"{path!r} is not a model directory (no config.json); give the output directory "
-                             "of `obliviate finetune`/`unlearn`, a .gguf file, an alias such as "
-                             "smollm2-135m-instruct, or a hub id")
+    paths.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly
     attn_implementation = choose_attn_implementation(path, attn_implementation, trust_remote_code=trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -106,38 +105,66 @@ def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple
     return model, load_tokenizer(tokenizer or path, trust_remote_code=kw.get("trust_remote_code", False))
 
 
-def check_output_dir(path: str | Path, overwrite: bool) -> Path:
-    """Refuse to clobber an existing non-empty output directory unless overwrite is set."""
-    p = Path(path)
-    if not str(path):
-        raise ObliviateError("output_dir is empty: set output_dir=<directory> for the run's results")
-    if p.exists() and (not p.is_dir() or any(p.iterdir())) and not overwrite:
-        raise ObliviateError(f"output directory {p} already exists and is not empty; "
-                             "choose another output_dir or pass overwrite=true to replace it")
-    return p
+def check_output_dir(path: str | Path, overwrite: bool, inputs: Mapping[str, Any] | None = None) -> Path:
+    """Refuse an output directory that exists (unless overwrite), cannot be written, or whose replacement would
+    delete an input (`inputs`: config key -> path) or the current directory (obliviate.paths)."""
+    return paths.check_output_dir(path, overwrite, inputs)
 
 
 @contextmanager
-def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+def _sigint_deferred() -> Iterator[list[int]]:
+    """Hold Ctrl-C back while the block runs (main thread only); the list records whether one came."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Replace `final` (a directory, a file or nothing) by `tmp`; on any failure the old `final` is put back.
+
+    Two renames cannot be one atomic step, so Ctrl-C is held back until both are done and the old
+    output is removed: an interrupt can never leave `final` missing or a hidden `.NAME.old-*` behind."""
+    with _sigint_deferred() as interrupted:
+        backup = final.parent / f".{final.name}.old-{tmp.name[-8:]}" if final.exists() or final.is_symlink() else None
+        try:
+            if backup is not None:
+                final.rename(backup)
+            tmp.rename(final)
+        except BaseException:
+            if backup is not None and not (final.exists() or final.is_symlink()):
+                backup.rename(final)
+            paths.remove_path(tmp)
+            raise
+        if backup is not None:
+            paths.remove_path(backup)
+    if interrupted:
+        raise KeyboardInterrupt(f"the interrupt came while {final} was being replaced; its new content is complete")
+
+
+@contextmanager
+def atomic_dir(path: str | Path, overwrite: bool = False, inputs: Mapping[str, Any] | None = None) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces `path`, on error it is removed.
 
-    So a failed run leaves no partial output and never destroys what was already there.
+    So a failed run leaves no partial output and never destroys what was already there. The directory
+    gets the permissions the umask gives a new directory (mkdtemp alone would make it private, 0700).
     """
-    final = check_output_dir(path, overwrite)
+    final = check_output_dir(path, overwrite, inputs)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
+        tmp.chmod(0o777 & ~paths.current_umask())
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        paths.remove_path(tmp)
         raise
-    if final.exists():
-        backup = final.parent / f".{final.name}.old-{tmp.name[-8:]}"
-        final.rename(backup)
-        tmp.rename(final)
-        shutil.rmtree(backup, ignore_errors=True)
-    else:
-        tmp.rename(final)
+    _swap_in(tmp, final)
 
 
 def save_model(directory: Path, model: Any, tokenizer: Any) -> None:

@@ -52,6 +52,7 @@ PROBE_ATTR = "_obliviate_entropy_probe"  # list on an attention module while att
 
 __all__ = [
     "SmoothingError",
+    "SmoothingValueError",
     "smooth_attention",
     "remove_smoothing",
     "smoothed_teacher",
@@ -63,6 +64,10 @@ __all__ = [
 
 class SmoothingError(ObliviateError):
     """The model's attention cannot be tempered through the transformers attention interface."""
+
+
+class SmoothingValueError(SmoothingError, ValueError):
+    """A bad τ or layer index: a ValueError for library callers, a clean CLI error (ObliviateError) for users."""
 
 
 # ----------------------------------------------------------------------------- the registered wrapper
@@ -259,7 +264,7 @@ def _as_index(value: Any) -> int:
             return operator.index(value)
         except TypeError:
             pass
-    raise ValueError(f"layer indices must be ints, got {value!r}.")
+    raise SmoothingValueError(f"layer indices must be ints, got {value!r}.")
 
 
 def _resolve_layers(layers: Sequence[int] | None, available: set[int], num_layers: int) -> set[int]:
@@ -267,14 +272,14 @@ def _resolve_layers(layers: Sequence[int] | None, available: set[int], num_layer
     if layers is None:
         return set(available)
     if isinstance(layers, (int, str)) or len(layers) == 0:
-        raise ValueError(f"layers must be a non-empty sequence of ints or None (all layers), got {layers!r}.")
+        raise SmoothingValueError(f"layers must be a non-empty sequence of ints or None (all layers), got {layers!r}.")
     resolved = set()
     for layer in map(_as_index, layers):
         index = layer + num_layers if layer < 0 else layer
         if not 0 <= index < num_layers:
-            raise ValueError(f"layer index {layer} is out of range for a model with {num_layers} layers.")
+            raise SmoothingValueError(f"layer index {layer} is out of range for a model with {num_layers} layers.")
         if index not in available:
-            raise ValueError(f"layer {layer} has no softmax attention module (attention layers: {sorted(available)}).")
+            raise SmoothingValueError(f"layer {layer} has no softmax attention module (attention layers: {sorted(available)}).")
         resolved.add(index)
     return resolved
 
@@ -282,7 +287,7 @@ def _resolve_layers(layers: Sequence[int] | None, available: set[int], num_layer
 def _check_tau(tau: float) -> float:
     """τ must be a finite number > 0 (τ > 1 smooths, τ = 1 is the stock model, τ < 1 sharpens)."""
     if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not math.isfinite(tau) or tau <= 0:
-        raise ValueError(f"tau must be a finite number > 0 (the paper uses 2.0-2.8), got {tau!r}.")
+        raise SmoothingValueError(f"tau must be a finite number > 0 (the paper uses 2.0-2.8), got {tau!r}.")
     return float(tau)
 
 

@@ -3,6 +3,7 @@ AdamW, schedule, logs. What is optimised comes in a LossPlan (see its docstring)
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -13,7 +14,9 @@ import torch
 from torch import Tensor
 
 from obliviate.config import TrainConfig
+from obliviate.errors import LaunchError
 from obliviate.train.checkpoint import Checkpointer
+from obliviate.train.guard import DivergenceGuard, describe_checkpoint
 
 @dataclass
 class TrainResult:
@@ -28,12 +31,58 @@ class TrainResult:
         return len(self.history)
 
 
+WORLD_ENV = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")  # torchrun, MPI launchers
+
+
+def launched_processes() -> int:
+    """How many processes the launcher started (1 without torchrun / mpirun)."""
+    for key in WORLD_ENV:
+        if os.environ.get(key, "").strip().isdigit():
+            return int(os.environ[key])
+    return 1
+
+
+def _device_backend() -> bool:
+    """Whether accelerate would find a multi-process device backend (CUDA, XPU, NPU, ...), not just the CPU."""
+    if torch.cuda.is_available():
+        return True
+    import accelerate.utils as au
+
+    for name in ("is_npu_available", "is_mlu_available", "is_musa_available", "is_sdaa_available", "is_xpu_available"):
+        check = getattr(au, name, None)
+        try:
+            if check is not None and check():
+                return True
+        except Exception:  # a probe that cannot run means no such device
+            continue
+    return False
+
+
 def make_accelerator(cfg: TrainConfig) -> Any:
-    """An Accelerator honouring `cfg.cpu`; seeds every RNG from `cfg.seed`."""
+    """An Accelerator honouring `cfg.cpu`, data-parallel whenever a launcher started several processes.
+
+    accelerate only forms a CPU process group (gloo) when asked for cpu=True: under torchrun on a machine
+    without a GPU, Accelerator(cpu=False) makes every process a lone rank 0 that duplicates the work and
+    writes the output. So several launched processes and no device backend mean cpu=True. A launch that
+    still does not form one group of all processes, or more processes per node than GPUs, is a LaunchError.
+    Seeds every RNG from `cfg.seed`.
+    """
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
-    acc = Accelerator(cpu=cfg.cpu)
+    world = launched_processes()
+    cpu = cfg.cpu or (world > 1 and not _device_backend())
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if world > 1 and not cpu and gpus and per_node.isdigit() and int(per_node) > gpus:
+        raise LaunchError(f"{per_node} processes per node were launched, but this machine has {gpus} GPU(s): launch "
+                          f"at most {gpus} (torchrun --nproc_per_node {gpus}), or set train.cpu=true to train on CPUs")
+    acc = Accelerator(cpu=cpu)
+    if world > 1 and acc.num_processes != world:  # e.g. a device backend accelerate cannot group
+        raise LaunchError(f"{world} processes were launched, but accelerate formed a data-parallel group of "
+                          f"{acc.num_processes} (distributed type {acc.distributed_type}): they would duplicate "
+                          "the work and each write the output. Set train.cpu=true to train on CPUs, or launch one "
+                          "process per GPU with torchrun")
     set_seed(cfg.seed)
     return acc
 
@@ -92,17 +141,27 @@ class LossPlan:
 
 def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan,
              cfg: TrainConfig, steps: int, accelerator: Any, optimizer: Any, scheduler: Any,
-             desc: str = "train") -> TrainResult:
-    """Train for `steps` optimizer steps; returns the per-step history (see module docstring)."""
+             desc: str = "train", fingerprint: Callable[[], dict[str, Any]] | None = None) -> TrainResult:
+    """Train for `steps` optimizer steps; returns the per-step history (see module docstring).
+
+    With cfg.checkpoint_dir, `fingerprint()` (what decides the trajectory, train/fingerprint.py; called
+    before the first step, while the model is still θ0) is recorded in each checkpoint and checked on resume.
+    A diverging step raises DivergenceError (train/guard.py) before the optimizer or a checkpoint sees it.
+    """
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
-    ckpt = Checkpointer(Path(cfg.checkpoint_dir), cfg.checkpoint_every) if cfg.checkpoint_dir else None
+    ckpt = None
+    if cfg.checkpoint_dir:
+        ckpt = Checkpointer(Path(cfg.checkpoint_dir), cfg.checkpoint_every, cfg.resume,
+                            fingerprint() if fingerprint is not None else None)
+    guard = DivergenceGuard(cfg.lr, cfg.max_grad_norm)
     done = 0
     if ckpt is not None:
         done, result.history = ckpt.load(model, optimizer, scheduler, plan.rule_state, accelerator)
         for _ in range(done * cfg.grad_accum):  # the plan is seeded: skip what the saved steps used
             next(micro_batches)
+    guard.start(result.history, params)
     model.train()
     with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="", completed=done)
@@ -112,7 +171,9 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
                 logs, extra = _separate_step(model, micro_batches, plan, cfg, accelerator, named)
             else:
                 logs, extra = _fused_step(model, micro_batches, plan, cfg, accelerator), {}
-            entry = _finish_step(accelerator, optimizer, scheduler, params, cfg, logs, step)
+            if ckpt is not None:
+                guard.checkpoint = describe_checkpoint(ckpt.directory, ckpt.step)
+            entry = _finish_step(accelerator, optimizer, scheduler, params, cfg, logs, step, guard)
             entry.update(extra.get("stats", {}))
             entry["step_seconds"] = time.perf_counter() - t_step
             if "modules" in extra:
@@ -203,20 +264,25 @@ def _all_reduce_mean(grads: list[Tensor | None], world: int) -> None:
 
 
 def _finish_step(accelerator: Any, optimizer: Any, scheduler: Any, params: list[Tensor], cfg: TrainConfig,
-                 logs: dict[str, Tensor], step: int) -> dict[str, float]:
-    """Clip, step, schedule, zero grads; return the step's logs averaged over ranks."""
-    grad_norm = None
+                 logs: dict[str, Tensor], step: int, guard: DivergenceGuard) -> dict[str, float]:
+    """Average the logs over ranks, clip (or measure) the gradient norm, check both, step, check the weights,
+    schedule, zero grads; return the step's logs."""
+    from torch.nn.utils import get_total_norm
+
     if cfg.max_grad_norm is not None:
         grad_norm = accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+    else:  # ranks hold the same averaged gradients, so every rank measures the same norm
+        grad_norm = get_total_norm([p.grad for p in params if p.grad is not None])
     lr = scheduler.get_last_lr()[0]
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
     names = sorted(logs)
     wide = torch.float32 if accelerator.device.type == "mps" else torch.float64  # MPS has no float64
     vec = torch.stack([torch.as_tensor(logs[n], dtype=wide, device=accelerator.device) for n in names])
     vec = accelerator.reduce(vec, reduction="mean") if accelerator.num_processes > 1 else vec
     entry = {"step": float(step), "lr": float(lr), **{n: float(v) for n, v in zip(names, vec.tolist())}}
-    if grad_norm is not None:
-        entry["grad_norm"] = float(grad_norm)
+    entry["grad_norm"] = float(grad_norm)
+    guard.check_step(step, entry)  # raises before the optimizer sees a non-finite gradient
+    optimizer.step()
+    guard.check_weights(step, params)
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
     return entry

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -16,6 +17,7 @@ from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
+from obliviate.train.fingerprint import fingerprint
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
 
 
@@ -41,6 +43,12 @@ class ResolvedMethod:
     def teacher_kw(self) -> dict[str, Any] | None:
         """tau / layers of the smoothed teacher, when the forget objective has one."""
         return self.loop_kw if "teacher" in self.forget.needs else None
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved hyper-parameters (defaults filled in) that decide the trajectory: the run's fingerprint."""
+        return {"forget": self.forget.name, "forget_args": {**self.forget_kw, **self.loop_kw},
+                "retain": self.retain.name if self.retain else None, "retain_args": self.retain_kw, "gamma": self.gamma,
+                "alpha": self.alpha, "combine": {"rule": self.rule, "separate_backward": self.separate}}
 
     @property
     def needs_frozen(self) -> bool:
@@ -261,6 +269,10 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(fside.enc), global_batch, train)
     opt, sched = make_optimizer(model, train, steps)
+    data = {"forget": fside.enc, "retain": rside.enc if rside else [], "forget_refusals": fside.refusal_enc or [],
+            "retain_refusals": (rside.refusal_enc if rside else None) or []}
+    fp = partial(fingerprint, "unlearn", train, steps=steps, global_batch=global_batch, max_length=max_length,
+                 model=model, tokenizer=tokenizer, data=data, method=rm.settings())  # model: θ0, before prepare
     model, opt = acc.prepare(model, opt)
     pad = pad_id(tokenizer)
     plan = with_steps(paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed),
@@ -276,7 +288,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
                          separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
                          rule_state=RuleState() if rm.separate else None)
     name = f"unlearn {method.forget}" + (f"+{rm.rule}" if rm.rule != "sum" else "")
-    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name)
+    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name, fingerprint=fp)
 
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
@@ -291,6 +303,8 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(enc), global_batch, train)
     opt, sched = make_optimizer(model, train, steps)
+    fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
+                 model=model, tokenizer=tokenizer, data={"rows": enc})
     model, opt = acc.prepare(model, opt)
     pad = pad_id(tokenizer)
 
@@ -299,4 +313,5 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
         return 1.0, forward_stats(model, b, keep_logits=False).nll.mean() * s
 
     plan = LossPlan(parts=("nll",), compute=compute)
-    return run_loop(model, batches(len(enc), global_batch, seed=train.seed), plan, train, steps, acc, opt, sched, desc=desc)
+    return run_loop(model, batches(len(enc), global_batch, seed=train.seed), plan, train, steps, acc, opt, sched,
+                    desc=desc, fingerprint=fp)

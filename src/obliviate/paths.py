@@ -1,0 +1,243 @@
+"""Checks on the paths a run reads and writes, made before any weights load (no torch import here).
+
+Output directories: where the run will write, whether that is possible, and that replacing it (overwrite)
+cannot delete an input or the directory the user stands in. Model sources: a local directory with a
+config and safetensors weights, a GGUF file or alias, or a hub id (reachable, or cached when offline);
+an absolute or relative path is never taken for a hub id.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from obliviate import hub
+from obliviate.errors import ConfigError, ObliviateError
+
+PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc where possible: setting it to read it is not thread-safe)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    """inner == outer or inner lies below it (both resolved)."""
+    return inner == outer or outer in inner.parents
+
+
+def _existing_ancestor(p: Path) -> Path:
+    """The nearest ancestor of `p` (not p itself) that exists; '.' for a bare relative name."""
+    for parent in p.parents:
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def _probe_writable(directory: Path, key: str, path: str | Path) -> None:
+    """Create and remove a temporary directory in `directory`: the one reliable test (root, read-only mounts, /proc)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".obliviate-probe-", dir=directory))
+    except OSError as exc:
+        raise ObliviateError(f"{key} {path}: cannot create directories in {directory} ({exc.strerror or exc}); "
+                             f"choose a writable location for {key}") from None
+
+
+def check_writable_location(path: str | Path, key: str) -> Path:
+    """`path` can be created (or replaced) as a directory: no file above it, and its parent is writable."""
+    p = Path(path).expanduser()
+    above = _existing_ancestor(p)
+    if not above.is_dir():
+        raise ObliviateError(f"{key} {path} lies under {above}, which is a file, not a directory; "
+                             f"choose another {key}")
+    _probe_writable(above, key, path)
+    return p
+
+
+def check_output_dir(path: str | Path, overwrite: bool, inputs: Mapping[str, Any] | None = None,
+                     key: str = "output_dir") -> Path:
+    """Refuse an output directory the run could not write, would clobber, or whose replacement would delete an
+    input (`inputs`: config key -> path the run reads) or the current / home directory."""
+    if not str(path):
+        raise ObliviateError(f"{key} is empty: set {key}=<directory> for the run's results")
+    p, full = Path(path).expanduser(), _resolved(path)
+    for what, place in (("the current directory", Path.cwd().resolve()), ("your home directory", _resolved("~"))):
+        if _inside(place, full):
+            raise ObliviateError(f"{key} {path} is {what} or contains it; a run replaces its output directory as a "
+                                 f"whole, so name a new directory for it, e.g. {key}=runs/my-run")
+    try:
+        taken = p.exists() and (not p.is_dir() or any(p.iterdir()))
+    except OSError as exc:  # e.g. a directory on the way that we may not enter
+        raise ObliviateError(f"{key} {path}: cannot look at it ({exc.strerror or exc}); choose another {key}") from None
+    if taken and not overwrite:
+        raise ObliviateError(f"output directory {p} already exists and is " + ("not empty" if p.is_dir() else "a file")
+                             + "; choose another output_dir or pass overwrite=true to replace it")
+    for name, value in (inputs or {}).items():
+        if value and not str(value).startswith(("hf://",)) and Path(str(value)).expanduser().exists() \
+                and _inside(_resolved(str(value)), full):
+            raise ObliviateError(f"{key} {path} contains {name} {value}, which replacing {key} would delete; "
+                                 f"write the run to another {key}")
+    check_writable_location(p, key)
+    return p
+
+
+def remove_path(p: Path) -> None:
+    """Remove a file, a symlink or a directory tree."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- model sources
+
+
+def _weights(d: Path) -> tuple[list[str], list[str]]:
+    """(safetensors files, pickle weight files) in a model directory."""
+    safe = sorted(p.name for p in d.glob("*.safetensors"))
+    pickles = sorted({p.name for pattern in PICKLE_WEIGHTS for p in d.glob(pattern)})
+    return safe, pickles
+
+
+def _check_model_dir(d: Path, key: str, path: str) -> str:
+    if not d.is_dir():
+        raise ObliviateError(f"{key} {path} is a file, not a model directory; give a directory holding config.json "
+                             "and *.safetensors (e.g. the output directory of `obliviate finetune`) or a .gguf file")
+    if not (d / "config.json").is_file():
+        raise ObliviateError(f"{key} {path} has no config.json: not a model directory; give the output directory of "
+                             "`obliviate finetune`/`unlearn`, a .gguf file, an alias such as smollm2-135m-instruct, "
+                             "or a hub id")
+    safe, pickles = _weights(d)
+    if not safe and pickles:
+        raise ObliviateError(
+            f"{key} {path} holds only PyTorch pickle weights ({', '.join(pickles[:3])}); obliviate loads safetensors "
+            "only (a pickle can run code when loaded). Convert once: python -c \"from transformers import "
+            f"AutoModelForCausalLM as M; M.from_pretrained('{path}').save_pretrained('{path}-safetensors')\" "
+            f"(copy the tokenizer files too), then use {path}-safetensors")
+    if not safe:
+        raise ObliviateError(f"{key} {path} has a config.json but no weights (*.safetensors); point {key} at a "
+                             "complete model directory")
+    return f"local directory {path} ({len(safe)} safetensors file(s))"
+
+
+def _check_hub_id(path: str, key: str, filenames: tuple[str, ...] = ("config.json",)) -> str:
+    """A hub id: cached when offline (one of `filenames` is), else the hub must be reachable (checked once, fast)."""
+    if hub.offline():
+        if all(hub_cached_file(path, name) is None for name in filenames):
+            raise ObliviateError(f"{key} {path!r} is no local path, so it names a hub id, but it is not in the hub "
+                                 "cache and HF_HUB_OFFLINE=1 forbids downloading it; give a local model directory, or "
+                                 "download it first with network access")
+        return f"hub id {path} (cached)"
+    hub.require_hub(f"{key} {path!r}")
+    return f"hub id {path} (hub reachable; files not checked before loading)"
+
+
+def _missing(path: str, key: str, what: str = "model directory") -> ObliviateError:
+    return ObliviateError(f"{key} {path!r} is not a {what}: it does not exist (and a path is never a hub id); "
+                          "check the path")
+
+
+def check_model_source(path: str, key: str = "model.path") -> str:
+    """What kind of model source `path` is, after checking everything that needs no weights; an error otherwise."""
+    from obliviate.modeling import gguf
+
+    if gguf.is_gguf_source(path):
+        gguf.require_gguf_package()
+        file = gguf.gguf_file(path)
+        cached = (gguf.cached_dir(file) / gguf.MARKER).is_file()
+        return f"GGUF file {file} ({'converted, in' if cached else 'converted on first load into'} {gguf.cache_root()})"
+    p = Path(path).expanduser()
+    if p.exists():
+        return _check_model_dir(p, key, path)
+    if not hub.looks_like_repo_id(path):
+        raise _missing(path, key)
+    return _check_hub_id(path, key)
+
+
+def check_tokenizer_source(path: str, key: str = "model.tokenizer") -> str:
+    """A tokenizer directory (or tokenizer file) that exists, or a hub id as for models."""
+    p = Path(path).expanduser()
+    if p.exists():
+        return f"local {'directory' if p.is_dir() else 'file'} {path}"
+    if not hub.looks_like_repo_id(path):
+        raise _missing(path, key, "tokenizer directory")
+    return _check_hub_id(path, key, ("tokenizer_config.json", "tokenizer.json", "config.json"))
+
+
+def check_optional_model(path: str | None, key: str) -> str | None:
+    """Auxiliary models that degrade to a note when unavailable (embedding, NLI): only a path to nothing is an error."""
+    if path and not Path(path).expanduser().exists() and not hub.looks_like_repo_id(path):
+        raise _missing(path, key, "model")
+    return path
+
+
+def hub_cached_file(repo_id: str, filename: str) -> str | None:
+    """The local path of `filename` of hub model `repo_id` in the hub cache, or None (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, filename)
+    except Exception:  # invalid id, no cache: not cached
+        return None
+    return found if isinstance(found, str) else None
+
+
+def model_config(path: str) -> dict | None:
+    """The model's config.json as a dict when it can be read without loading weights or the network."""
+    from obliviate.modeling import gguf
+
+    if gguf.is_gguf_source(path):
+        try:
+            file = Path(gguf.cached_dir(gguf.gguf_file(path))) / "config.json"
+        except ObliviateError:
+            return None
+    elif Path(path).expanduser().is_dir():
+        file = Path(path).expanduser() / "config.json"
+    else:
+        cached = hub_cached_file(path, "config.json") if hub.looks_like_repo_id(path) else None
+        if cached is None:
+            return None
+        file = Path(cached)
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def layer_count(config: Mapping[str, Any] | None) -> int | None:
+    """Decoder layers of a model config (its text config for multimodal models); None when it does not say."""
+    if not isinstance(config, Mapping):
+        return None
+    for key in LAYER_KEYS:
+        if isinstance(config.get(key), int) and not isinstance(config.get(key), bool):
+            return config[key]
+    return layer_count(config.get("text_config"))
+
+
+def check_layer_indices(layers: Any, n_layers: int, key: str, *, negative: bool = True) -> None:
+    """Every index of `layers` (None = all) addresses one of the model's `n_layers` layers."""
+    if layers is None:
+        return
+    low = -n_layers if negative else 0
+    bad = [i for i in layers if not low <= i < n_layers]
+    if bad:
+        valid = f"0..{n_layers - 1}" + (f", or {-n_layers}..-1 counted from the last" if negative else "")
+        raise ConfigError(f"{key}={list(layers)}: layer index {bad[0]} is out of range for this model, which has "
+                          f"{n_layers} layers (valid: {valid})")

@@ -1,0 +1,216 @@
+"""Pre-flight: every check `obliviate unlearn` can make before it loads weights, shared with `obliviate validate`.
+
+One function (`preflight_unlearn`) runs them in one order, so `validate` rejects exactly what `unlearn`
+would reject before its first step, with the same message: output location, method and hyper-parameters,
+data splits, every model path (config and safetensors, no weights loaded), the teacher's layers against
+the model's layer count (read from config.json), evaluation splits and models, the checkpoint directory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from obliviate.config import CalibrateConfig, MethodConfig, RunConfig
+from obliviate.errors import ConfigError, DataError
+from obliviate.paths import (check_layer_indices, check_model_source, check_optional_model, check_output_dir,
+                             check_tokenizer_source, check_writable_location, layer_count, model_config)
+
+
+def need(value: Any, key: str, example: str) -> Any:
+    """`value`, or a ConfigError saying how to set `key` when it is empty."""
+    if not value:
+        raise ConfigError(f"{key} is not set; add {key}={example} (on the command line or in the YAML)")
+    return value
+
+
+def load_data(source: str, fmt: str, splits: list) -> list:
+    """QA rows (format qa) or raw documents (format text) of the named splits, concatenated."""
+    from obliviate.data.rows import load_split
+
+    if not splits:
+        raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
+    if fmt == "text":
+        from obliviate.data.text import load_texts
+
+        skipped: list[str] = []  # empty documents (MUSE-News raw/forget.json item 821) are left out, counted
+        docs = [t for s in splits for t in load_texts(source, str(s), skipped=skipped)]
+        if skipped:
+            print(f"skipped {len(skipped)} empty document(s): {', '.join(skipped[:5])}"
+                  + (" ..." if len(skipped) > 5 else ""))
+        return docs
+    return [r for s in splits for r in load_split(source, str(s))]
+
+
+def input_paths(cfg: RunConfig) -> dict[str, Any]:
+    """Every path an unlearning run reads, by config key (an overwritten output_dir must not contain one)."""
+    return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "data.source": cfg.data.source,
+            "eval.source": cfg.eval.source, "eval.retain_model": cfg.eval.retain_model,
+            "eval.embedding_model": cfg.eval.embedding_model, "eval.nli_model": cfg.eval.nli_model,
+            "muse.source": cfg.muse.source, "muse.retrain_model": cfg.muse.retrain_model,
+            "method.refusals": cfg.method.refusals, "train.checkpoint_dir": cfg.train.checkpoint_dir}
+
+
+@dataclass
+class Plan:
+    """What the pre-flight found: the data, the resolved method, the model's layer count, lines for `validate`."""
+
+    forget: list
+    retain: list
+    method: Any
+    n_layers: int | None
+    lines: list[str] = field(default_factory=list)
+
+
+def _check_hidden_layer(layer: Any, n_layers: int, key: str) -> int:
+    """RMU-style `layer`: the decoder layer whose output a hook reads (0-based, no negative indices)."""
+    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < n_layers:
+        raise ConfigError(f"{key}={layer!r} must be a decoder layer index 0..{n_layers - 1} of this model "
+                          f"({n_layers} layers)")
+    return layer
+
+
+def check_method_layers(method: MethodConfig, rm: Any, n_layers: int) -> None:
+    """The method's layer indices (ASU teacher layers, RMU layer and trainable layers) exist in the model."""
+    if rm.teacher_kw is not None:
+        check_layer_indices(rm.teacher_kw.get("layers"), n_layers, "method.forget_args.layers")
+    if rm.retain is not None and "hidden" in rm.retain.needs:
+        _check_hidden_layer(rm.retain_kw.get("layer"), n_layers, "method.retain_args.layer")
+    if "hidden" in rm.forget.needs:
+        layer = _check_hidden_layer(rm.forget_kw.get("layer"), n_layers, "method.forget_args.layer")
+        chosen, params = rm.loop_kw.get("trainable_layers"), rm.loop_kw.get("trainable_params")
+        if isinstance(params, str) and params not in ("wmdp", "layers"):  # train.unlearn.select_trainable's message
+            raise ConfigError("trainable_params must be 'wmdp', 'layers' or a list of parameter-name regexes, "
+                              f"got {params!r}")
+        if isinstance(params, str):
+            chosen = list(chosen) if chosen is not None else [i for i in range(layer - 2, layer + 1) if i >= 0]
+            if any(not isinstance(i, int) or not 0 <= i < n_layers for i in chosen) or not chosen:
+                raise ConfigError(f"trainable_layers {chosen} must be indices of the {n_layers} decoder layers "
+                                  f"(0..{n_layers - 1})")
+
+
+def _check_output(cfg: RunConfig) -> None:
+    check_output_dir(need(cfg.output_dir, "output_dir", "runs/my-run"), cfg.overwrite, input_paths(cfg))
+    ckpt = cfg.train.checkpoint_dir
+    if ckpt and Path(ckpt).expanduser().resolve().is_relative_to(Path(cfg.output_dir).expanduser().resolve()):
+        raise ConfigError(f"train.checkpoint_dir {ckpt} lies inside output_dir {cfg.output_dir}, which is written "
+                          "(and replaced) as a whole at the end of the run; put the checkpoints elsewhere")
+
+
+def _check_checkpoint_dir(path: str | None) -> None:
+    if not path:
+        return
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"train.checkpoint_dir {path} is a file, not a directory; choose another "
+                          "train.checkpoint_dir")
+    if not p.exists():
+        check_writable_location(p, "train.checkpoint_dir")
+
+
+def _check_methods_data(cfg: RunConfig, rm: Any) -> None:
+    if cfg.continual.enabled and cfg.data.format == "text":
+        raise ConfigError("continual unlearning is evaluated on QA rows; use data.format=qa (or a single request)")
+    if rm.needs_refusals and cfg.data.format == "text":  # the loop's own message (train.unlearn._sides)
+        raise ConfigError(f"{cfg.method.forget}/{cfg.method.retain} answer questions with a refusal, but the data is "
+                          "raw text; use a QA split or an objective without refusals (e.g. npo, ga, rmu, asu)")
+    if rm.needs_refusals:
+        from obliviate.data.refusals import load_refusals
+
+        load_refusals(cfg.method.refusals)
+
+
+def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
+    """TOFU evaluation after training: its splits load, and its models exist (lines for `validate`)."""
+    from obliviate.data.rows import load_split
+    from obliviate.eval.runner import load_eval_splits
+    from obliviate.eval.tofu import _perturbed_count
+
+    ev = cfg.eval
+    splits = load_eval_splits(source, ev)
+    lines = ["eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items())]
+    if ev.holdout_split and ev.memorization and "forget" in splits:
+        lines[0] += f", holdout {len(load_split(ev.source or source, ev.holdout_split))}"
+    if ev.retain_model:
+        if "forget" not in splits:
+            raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a "
+                              "forget split")
+        k, why = _perturbed_count(splits["forget"])
+        if k is None:
+            raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
+        lines.append("eval retain model: " + check_model_source(ev.retain_model, "eval.retain_model"))
+    if ev.closer_look or ev.protocol == "closer_look":
+        check_optional_model(ev.embedding_model, "eval.embedding_model")
+        check_optional_model(ev.nli_model, "eval.nli_model")
+    return lines
+
+
+def _check_muse_eval(cfg: RunConfig) -> list[str]:
+    from obliviate.eval.muse import load_muse
+
+    data = load_muse(cfg.muse.source)
+    lines = [f"muse: {cfg.muse.source} ({len(data.verbmem_forget)} VerbMem, {len(data.knowmem_forget)} KnowMem, "
+             f"{len(data.privleak_forget)} PrivLeak forget items)"]
+    if cfg.muse.retrain_model:
+        lines.append("muse retrain model: " + check_model_source(cfg.muse.retrain_model, "muse.retrain_model"))
+    return lines
+
+
+def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
+    """Every check of an unlearning run that needs no weights, in the order `unlearn` meets them.
+
+    `validate` calls it with need_output=False (an empty output_dir is fine there, a set one is checked)."""
+    from obliviate.train.unlearn import resolve_method
+
+    if need_output or cfg.output_dir:
+        _check_output(cfg)
+    source = need(cfg.data.source, "data.source", "<data dir or hub id>")
+    rm = resolve_method(cfg.method)  # unknown names / keys fail before any loading
+    _check_methods_data(cfg, rm)
+    forget = load_data(source, cfg.data.format, [cfg.data.forget_split])
+    retain = load_data(source, cfg.data.format, [cfg.data.retain_split])
+    if cfg.data.format == "qa":
+        from obliviate.data.rows import check_disjoint
+
+        check_disjoint(forget, retain)
+    path = need(cfg.model.path, "model.path", "<model dir or hub id>")
+    lines = [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
+             f"needs {sorted(rm.needs()) or 'nothing extra'}",
+             f"data: {len(forget)} forget and {len(retain)} retain "
+             + ("rows" if cfg.data.format == "qa" else "documents"),
+             "model: " + check_model_source(path, "model.path")]
+    if cfg.model.tokenizer:
+        lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
+    n_layers = layer_count(model_config(path))
+    if n_layers is not None:
+        check_method_layers(cfg.method, rm, n_layers)
+        lines[-1] += f", {n_layers} layers"
+    if cfg.eval.enabled and cfg.data.format == "qa":
+        lines += _check_tofu_eval(cfg, source)
+    elif cfg.eval.enabled and cfg.muse.source:
+        lines += _check_muse_eval(cfg)
+    _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    return Plan(forget, retain, rm, n_layers, lines)
+
+
+def check_layer_sets(layer_sets: list | None, n_layers: int) -> None:
+    """Every layer set of a calibration sweep addresses existing layers."""
+    for i, layers in enumerate(layer_sets or []):
+        check_layer_indices(layers, n_layers, f"layer_sets[{i}]")
+
+
+def preflight_calibrate(cfg: CalibrateConfig) -> list:
+    """Checks of `obliviate calibrate` before the model loads; returns the forget rows."""
+    from obliviate.data.rows import load_split
+
+    if cfg.output_dir:
+        check_output_dir(cfg.output_dir, cfg.overwrite, {"model.path": cfg.model.path, "source": cfg.source})
+    rows = load_split(need(cfg.source, "source", "<data dir or hub id>"), cfg.split)
+    path = need(cfg.model.path, "model.path", "<model dir or hub id>")
+    check_model_source(path, "model.path")
+    if cfg.model.tokenizer:
+        check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer")
+    n_layers = layer_count(model_config(path))
+    if n_layers is not None:
+        check_layer_sets(cfg.layer_sets, n_layers)
+    return rows[: cfg.max_examples] if cfg.max_examples else rows
