@@ -50,8 +50,11 @@ class DemoConfig:
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")
     output_dir: str = _f("obliviate-demo", "results directory")
     overwrite: bool = _f(False, "replace an existing output_dir")
+    threads: int = _f(2, "torch threads for the whole demo, fixed so that float rounding (and so every printed "
+                         "digit) does not depend on the machine's core count; 0 = torch's default")
 
     def __post_init__(self) -> None:
+        _require(self.threads >= 0, "threads", self.threads, ">= 0 (0 = torch's default)")
         _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
         reserved = {"retain", "target"} & set(self.methods)
         _require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
@@ -107,6 +110,19 @@ def _phases(log: Any) -> Any:
 
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     """Run the whole story and write results.json, report.md, the world and the models."""
+    import torch
+
+    before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _run_demo(cfg, log)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
+    """The demo's body (run_demo fixes the thread count around it)."""
     import torch
 
     from obliviate.data.synthetic import corpus_texts, make_world, write_world

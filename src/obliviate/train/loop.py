@@ -108,9 +108,58 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tupl
     return opt, sched
 
 
+LOG_EVERY_S = 30.0  # without a terminal: a progress line at least this often (and every ~5% of the steps)
+
+
+class _LogLines:
+    """Progress as plain, flushed log lines, for a stdout that is not a terminal (a pipe, a file, CI, nohup):
+    a live bar there shows nothing until the run ends. One line per ~5% of the steps or every LOG_EVERY_S
+    seconds, whichever comes first, and always the first and the last step; the same interface as rich's
+    Progress as far as run_loop uses it (`add_task`, `update`)."""
+
+    def __init__(self) -> None:
+        self.desc, self.total, self.done, self.start = "train", 1, 0, time.perf_counter()
+        self.shown_step, self.shown_at = -1, self.start
+
+    def __enter__(self) -> _LogLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: int, terms: str = "", completed: int = 0) -> int:
+        self.desc, self.total, self.done = description, max(1, int(total)), int(completed)
+        self.start = self.shown_at = time.perf_counter()
+        return 0
+
+    def update(self, task: int, advance: int = 1, terms: str = "") -> None:
+        now, before = time.perf_counter(), self.done
+        self.done += advance
+        first, last = self.shown_step < 0, self.done >= self.total
+        new_bucket = self.done * 20 // self.total > before * 20 // self.total  # crossed a 5% mark
+        if first or last or new_bucket or now - self.shown_at >= LOG_EVERY_S:
+            pct = 100 * self.done // self.total
+            text = f"{self.desc}: step {self.done}/{self.total} ({pct}%) {terms}".rstrip()
+            print(f"{text} elapsed {_clock(now - self.start)}", flush=True)
+            self.shown_step, self.shown_at = self.done, now
+
+
+def _clock(seconds: float) -> str:
+    """14s, 3m05s, 1h02m."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def _progress(enabled: bool, desc: str, steps: int) -> Any:
+    """A live rich bar on a terminal (or in Jupyter), plain log lines (_LogLines) elsewhere, nothing if disabled."""
+    from rich import get_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = get_console()  # rich's own test: TTY, or FORCE_COLOR / TTY_COMPATIBLE set
+    if enabled and not (console.is_terminal or console.is_jupyter):
+        return _LogLines()
     prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("{task.fields[terms]}"), disable=not enabled, transient=False)
     return prog
