@@ -47,7 +47,7 @@ RESOLVED_ONLY = {
 # a 32-wide model, and outputs replaced (the scratch directory is shared by the module's commands).
 TINY_DEMO = ["tiny.hidden_size=32", "tiny.vocab_size=400", "max_length=64",
              "retain_train.max_steps=2", "target_train.max_steps=2", "unlearn.max_steps=1",
-             "eval.max_examples=4", "eval.max_new_tokens=4", "overwrite=true"]
+             "eval.max_examples=2", "eval.max_new_tokens=4", "overwrite=true"]
 TINY = {
     "demo": TINY_DEMO,
     "unlearn": ["train.max_steps=1", "eval.max_examples=2", "eval.max_new_tokens=4", "continual.max_new_tokens=4",

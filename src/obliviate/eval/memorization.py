@@ -76,8 +76,9 @@ def privleak_auc(forget_scores: np.ndarray, holdout_scores: np.ndarray) -> float
     return mia_auc(holdout_scores, forget_scores)
 
 
-def privleak(auc_unlearned: float, auc_retrain: float | None = None) -> tuple[float, str | None]:
-    """MUSE PrivLeak (AUC_unlearned - AUC_retrain) / AUC_retrain x 100; AUC_retrain defaults to 0.5 with a note."""
+def privleak(auc_unlearned: float, auc_retrain: float | None = None) -> tuple[float | None, str | None]:
+    """MUSE PrivLeak (AUC_unlearned - AUC_retrain) / AUC_retrain x 100; AUC_retrain defaults to 0.5 with a note;
+    None (with a note) when AUC_retrain is 0."""
     note = None
     if auc_retrain is None:
         auc_retrain = DEFAULT_AUC_RETRAIN
@@ -85,8 +86,10 @@ def privleak(auc_unlearned: float, auc_retrain: float | None = None) -> tuple[fl
     for name, v in (("auc_unlearned", auc_unlearned), ("auc_retrain", auc_retrain)):
         if not 0 <= v <= 1:
             raise ValueError(f"{name} must be an AUC in [0, 1], got {v}")
-    if auc_retrain == 0:
-        raise ValueError("auc_retrain is 0: PrivLeak divides by it and is undefined")
+    if auc_retrain == 0:  # MUSE divides by it: undefined, reported as such rather than invented
+        return None, ("privleak undefined: the reference AUC_retrain is 0 (the retrained model separates forget "
+                      "from holdout perfectly the other way, which happens with a handful of rows); privleak_auc is "
+                      "still reported")
     return (auc_unlearned - auc_retrain) / auc_retrain * 100.0, note
 
 
@@ -155,7 +158,7 @@ def memorization_from_scores(ts: TokenScores, n_forget: int, *, retrain_ts: Toke
     return {
         **forget_memorization(ts.correct[:n_forget], token_rule=token_rule),
         "privleak": value,
-        "privleak_abs": abs(value),
+        "privleak_abs": None if value is None else abs(value),
         "privleak_auc": auc,
         "privleak_auc_retrain": auc_retrain,
         "privleak_k": k,

@@ -262,7 +262,7 @@ def _privleak(out: dict[str, Any], notes: list[str], model: Any, tokenizer: Any,
     value, note = privleak(auc, retrain_auc)
     if note:
         notes.append(note)
-    out.update(privleak=value, privleak_abs=abs(value), privleak_auc=auc,
+    out.update(privleak=value, privleak_abs=None if value is None else abs(value), privleak_auc=auc,
                privleak_auc_retrain=0.5 if retrain_auc is None else float(retrain_auc))
 
 
