@@ -122,3 +122,12 @@ def test_chat_template_prompt_is_masked(small_tok):
     assert e.labels[:n_prompt] == [-100] * n_prompt and all(x != -100 for x in e.labels[n_prompt:])
     assert tok.decode(e.input_ids[:n_prompt]).endswith("Bot:")
     assert e.input_ids[-1] == tok.eos_token_id and tok.decode(e.labels[n_prompt:]).strip().startswith("In Orla.")
+
+
+def test_missing_tofu_copy_points_to_the_hub(tmp_path):
+    """A preset's ../shared/data/tofu on a machine without it: the error says where TOFU comes from."""
+    from obliviate.data.rows import load_split
+    from obliviate.errors import DataError
+
+    with pytest.raises(DataError, match="data.source=locuslab/TOFU"):
+        load_split(str(tmp_path / "shared" / "data" / "tofu"), "forget01")

@@ -201,8 +201,10 @@ def load_split(source: str | Path, split: str | None = None) -> list[QARow]:
         return load_file(split_file(path, split))
     if str(source).count("/") == 1 and not str(source).startswith((".", "/")) and split:
         return load_hub(str(source), split)
+    hint = ("; the TOFU presets read a local copy at ../shared/data/tofu: elsewhere pass data.source=locuslab/TOFU "
+            "(the hub) or a directory of TOFU's <split>.jsonl files" if "tofu" in str(source).lower() else "")
     raise DataError(f"data source {str(source)!r} is neither a file, a directory, nor a hub dataset id "
-                    "(owner/name with a split)")
+                    f"(owner/name with a split){hint}")
 
 
 def check_disjoint(forget: Sequence[QARow], retain: Sequence[QARow]) -> None:
