@@ -148,6 +148,14 @@ MUTANTS: list[Mutant] = [
     Mutant("closer look: MU arithmetic mean", "eval/closer_look.py",
            "return (0.0 if np.any(nums == 0) else float(hmean(nums))), used",
            "return (0.0 if np.any(nums == 0) else float(np.mean(nums))), used", T_CL),
+    # divergence guard (train/guard.py)
+    Mutant("guard: non-finite gradient norm passes", "train/guard.py",
+           "if grad_norm is not None and not math.isfinite(grad_norm):", "if False:", ("tests/train/test_divergence.py",)),
+    Mutant("guard: exploding loss passes", "train/guard.py",
+           "abs(value) > EXPLODE * max(abs(base), 1.0)", "abs(value) > EXPLODE * max(abs(base), 1.0) * 1e30",
+           ("tests/train/test_divergence.py",)),
+    Mutant("guard: weights not checked", "train/guard.py", "        if not math.isfinite(norm):\n",
+           "        if False:\n", ("tests/train/test_divergence.py",)),
     Mutant("fluency: repetition of unique bigrams", "eval/fluency.py", "return 1.0 - len(set(bigrams)) / len(bigrams)",
            "return len(set(bigrams)) / len(bigrams)", ("tests/eval/test_fluency.py",)),
 ]
