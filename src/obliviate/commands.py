@@ -217,11 +217,6 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     return metrics
 
 
-def _first_line(obj: Any) -> str:
-    doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
-    return doc[0] if doc else ""
-
-
 def _preset_line(path: Path) -> str:
     """A preset's relative path and the first line of its header comment."""
     first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
@@ -229,14 +224,13 @@ def _preset_line(path: Path) -> str:
 
 
 def list_components() -> str:
-    """One line per forget objective, retain term, gradient rule and preset recipe."""
-    from obliviate.objectives import FORGET, RETAIN
-    from obliviate.synthesis import RULES
+    """One line per forget objective, retain term, gradient rule and preset recipe (no torch import)."""
+    from obliviate.catalogue import builtin
 
-    lines = ["forget objectives (method.forget):"]
-    lines += [f"  {n:<12} {FORGET.get(n).summary}" for n in FORGET.names()]
-    lines += ["retain terms (method.retain):"] + [f"  {n:<12} {RETAIN.get(n).summary}" for n in RETAIN.names()]
-    lines += ["gradient rules (method.combine.rule):"] + [f"  {n:<12} {_first_line(RULES.get(n))}" for n in RULES.names()]
+    lines = []
+    for kind, title in (("forget", "forget objectives (method.forget):"), ("retain", "retain terms (method.retain):"),
+                        ("rule", "gradient rules (method.combine.rule):")):
+        lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
     configs = Path(__file__).resolve().parents[2] / "configs"
     presets = sorted(configs.glob("*.yaml")) + sorted(configs.glob("*/*.yaml"))
     if presets:

@@ -1,0 +1,27 @@
+"""`obliviate ls` reads the built-ins from source (no torch); it must equal the live registries."""
+import subprocess
+import sys
+
+
+def test_static_catalogue_equals_the_registries():
+    from obliviate.catalogue import builtin
+    from obliviate.objectives import FORGET, RETAIN
+    from obliviate.synthesis import RULES
+
+    def first_line(fn):
+        doc = (fn.__doc__ or "").strip().splitlines()
+        return doc[0] if doc else ""
+
+    assert builtin("forget") == {n: FORGET.get(n).summary for n in FORGET.names()}
+    assert builtin("retain") == {n: RETAIN.get(n).summary for n in RETAIN.names()}
+    assert builtin("rule") == {n: first_line(RULES.get(n)) for n in RULES.names()}
+    assert "idk_dpo" in builtin("forget") and "gru_ema" in builtin("rule")  # alias and plain registrations
+
+
+def test_ls_imports_no_torch():
+    code = ("import sys, io, contextlib; from obliviate.cli import main; buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf): rc = main(['ls'])\n"
+            "assert rc == 0 and 'asu' in buf.getvalue() and 'sago' in buf.getvalue(), buf.getvalue()\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
