@@ -94,6 +94,14 @@ class MethodConfig:
                                         "model itself (ASU then does nothing), tau < 1 sharpens its attention "
                                         "instead of smoothing it; both are refused unless this is true")
     combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients are combined (METHODS.md §2)")
+    cache: str = _f("auto", "θ0 stats (teacher/reference) cached per example after their first forward: auto = "
+                            "summed log-probs always (npo/dpo), vocabulary distributions exactly when under "
+                            "cache_max_gb (else live) | exact (refuse over the limit) | topk (top-k + tail bucket; "
+                            "asu/kl only) | none (live frozen forwards every step)")
+    cache_topk: int = _f(64, "k of method.cache=topk: exact top-k log-probs + the log of the remaining mass")
+    cache_max_gb: float = _f(4.0, "limit on the θ0 cache (all roles; estimate printed before it is filled)")
+    cache_bf16: bool = _f(False, "store cached distributions in bfloat16 (half the memory; log-probs rounded to "
+                                 "a relative 2^-9)")
 
     def __post_init__(self) -> None:
         _require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
@@ -161,8 +169,13 @@ class TrainConfig:
                              "(settings, model, data; else an error listing what differs) | never = start fresh "
                              "(the old one is replaced when the first new one is written) | require = resume, "
                              "error if there is none")
+    fsdp: bool = _f(False, "shard the student and its frozen θ0 copy with torch FSDP2 (per decoder layer, then the "
+                           "root) over the launched processes (torchrun), for models that do not fit one device; "
+                           "AdamW state is sharded too, the trained model is gathered in full at the end")
 
     def __post_init__(self) -> None:
+        _require(not (self.fsdp and self.checkpoint_dir), "train.checkpoint_dir", self.checkpoint_dir,
+                 "null with train.fsdp=true (checkpoints of sharded training are not supported yet)")
         _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
         _require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
                  self.checkpoint_every, "0 unless train.checkpoint_dir is set")

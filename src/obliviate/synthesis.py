@@ -9,9 +9,11 @@ tensors in float64 (gru's projection is computed entirely in float64, as METHODS
 keeps a step's synthesis a small fraction of a backward pass (benchmarks/sago_overhead.py).
 
 Sharding (FSDP/ZeRO): `sum`, `sago` and `sago_retain` are elementwise, so they are exact on a
-shard of the gradients. `pcgrad` needs a dot product over each whole parameter tensor (shard-local
-only if tensors are not split), and `pcgrad_global`, `blur`, `gru` and `gru_ema` need global dot products and
-norms: under sharding those scalars need an all-reduce (not done here; the loop owns distribution).
+shard of the gradients. `pcgrad` needs a dot product over each whole parameter tensor, and `pcgrad_global`,
+`blur`, `gru` and `gru_ema` need global dot products and norms. On shards, pass `reduce`: a function
+taking a CPU float64 vector of this rank's partial sums and returning their sums over all shards
+(train/fsdp.py all-reduces it); each rule calls it once per step, the statistics once more. Without
+it (None) the lists are taken to be whole tensors.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ GRU_GAMMA = 0.8  # gru (authors' gamma_gru): ema <- 0.8·g_r + 0.2·ema, from em
 
 Grads = list[Optional[Tensor]]
 Pair = Optional[tuple[Tensor, Tensor]]  # (g_f, g_r), or None when both are absent
+Reducer = Callable[[Tensor], Tensor]  # partial sums [K] float64 (CPU) of this shard -> sums over all shards
 
 
 @dataclass
@@ -110,6 +113,15 @@ def _dot(xs: list[Optional[Tensor]], ys: list[Optional[Tensor]]) -> float:
     return _total([_tdot(x, y) for x, y in zip(xs, ys) if x is not None and y is not None])
 
 
+def _dots(products: list[tuple[list[Optional[Tensor]], list[Optional[Tensor]]]],
+          reduce: Optional[Reducer] = None) -> list[float]:
+    """Several `_dot`s, completed over shards with ONE call of `reduce` (when given)."""
+    vals = [_dot(xs, ys) for xs, ys in products]
+    if reduce is None:
+        return vals
+    return reduce(torch.tensor(vals, dtype=torch.float64)).tolist()
+
+
 def _side(pairs: list[Pair], i: int) -> list[Optional[Tensor]]:
     return [None if p is None else p[i] for p in pairs]
 
@@ -162,44 +174,59 @@ def rule_sago_retain(forget_grads: Grads, retain_grads: Grads, *, alpha: float, 
     return _map(pairs, lambda i, f, r: alpha * r + gamma * f.masked_fill(masks[i], 0.0))
 
 
-def _pcgrad_tensor(f: Tensor, r: Tensor, alpha: float, gamma: float) -> Tensor:
-    """One tensor: if ⟨g_f,g_r⟩ < 0, g_f ← g_f − ⟨g_f,g_r⟩/(‖g_r‖²+ε)·g_r; g = γ·g_f + α·g_r."""
-    dot = float(torch.sum(f * r))
-    if dot < 0:
-        f = f - dot / (float(torch.sum(r * r)) + EPS) * r
+def pcgrad_coefs(pairs: list[Pair], reduce: Optional[Reducer] = None) -> list[float]:
+    """Per tensor: ⟨g_f,g_r⟩/(‖g_r‖²+ε) when ⟨g_f,g_r⟩ < 0, else 0 (sums over shards with ONE `reduce` call)."""
+    part = torch.zeros(2 * len(pairs), dtype=torch.float64)
+    for i, p in enumerate(pairs):
+        if p is not None:
+            f, r = _work(p[0]), _work(p[1])
+            part[2 * i], part[2 * i + 1] = float(torch.sum(f * r)), float(torch.sum(r * r))
+    sums = (reduce(part) if reduce is not None else part).tolist()
+    return [d / (rr + EPS) if d < 0 else 0.0 for d, rr in zip(sums[0::2], sums[1::2])]
+
+
+def _pcgrad_tensor(f: Tensor, r: Tensor, coef: float, alpha: float, gamma: float) -> Tensor:
+    """One tensor: g_f ← g_f − coef·g_r (coef from `pcgrad_coefs`, 0 without conflict); g = γ·g_f + α·g_r."""
+    if coef != 0.0:
+        f = f - coef * r
     return gamma * f + alpha * r
 
 
 @RULES.register("pcgrad")
 def rule_pcgrad(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-                state: Optional[RuleState] = None) -> Grads:
-    """PCGrad per parameter tensor (module-wise); shard-local only if no tensor is split."""
-    return _map(_align(forget_grads, retain_grads), lambda _, f, r: _pcgrad_tensor(f, r, alpha, gamma))
+                state: Optional[RuleState] = None, reduce: Optional[Reducer] = None,
+                coefs: Optional[list[float]] = None) -> Grads:
+    """PCGrad per parameter tensor (module-wise): if ⟨g_f,g_r⟩ < 0 over the WHOLE tensor,
+    g_f ← g_f − ⟨g_f,g_r⟩/(‖g_r‖²+ε)·g_r; g = γ·g_f + α·g_r. `coefs`: precomputed `pcgrad_coefs`."""
+    pairs = _align(forget_grads, retain_grads)
+    coefs = coefs if coefs is not None else pcgrad_coefs(pairs, reduce)
+    return _map(pairs, lambda i, f, r: _pcgrad_tensor(f, r, coefs[i], alpha, gamma))
 
 
 @RULES.register("pcgrad_global")
 def rule_pcgrad_global(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-                       state: Optional[RuleState] = None) -> Grads:
-    """PCGrad with one dot product and norm over all parameters (needs an all-reduce if sharded)."""
+                       state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
+    """PCGrad with one dot product and norm over all parameters (over all shards with `reduce`)."""
     pairs = _align(forget_grads, retain_grads)
     fs, rs = _side(pairs, 0), _side(pairs, 1)
-    dot = _dot(fs, rs)
-    coef = dot / (_dot(rs, rs) + EPS) if dot < 0 else 0.0
+    dot, rr = _dots([(fs, rs), (rs, rs)], reduce)
+    coef = dot / (rr + EPS) if dot < 0 else 0.0
     return _map(pairs, lambda _, f, r: gamma * (f - coef * r) + alpha * r)
 
 
 @RULES.register("blur")
 def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-              state: Optional[RuleState] = None) -> Grads:
+              state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """BLUR (global): g_r ← g_r − ⟨g_r,g_f⟩/(‖g_f‖²+ε)·g_f ALWAYS, then g = γ·g_f + α·g_r.
 
     Read from METHODS.md §2 (no conflict test in its table row) and BLUR's published code: the
     projection is unconditional, so unlike the other rules blur does NOT reduce to `sum` on aligned
-    gradients; it does when ⟨g_r, g_f⟩ = 0. Needs an all-reduce of the two scalars if sharded.
+    gradients; it does when ⟨g_r, g_f⟩ = 0. Its two scalars are summed over shards with `reduce`.
     """
     pairs = _align(forget_grads, retain_grads)
     fs, rs = _side(pairs, 0), _side(pairs, 1)
-    coef = _dot(rs, fs) / (_dot(fs, fs) + EPS)
+    rf, ff = _dots([(rs, fs), (fs, fs)], reduce)
+    coef = rf / (ff + EPS)
     return _map(pairs, lambda _, f, r: gamma * f + alpha * (r - coef * f))
 
 
@@ -230,10 +257,11 @@ def _update_ema(state: RuleState, pairs: list[Pair], current: float, first_is_g_
     state.step += 1
 
 
-def _project_off(pairs: list[Pair], ema: list[Optional[Tensor]], eps: float) -> float:
+def _project_off(pairs: list[Pair], ema: list[Optional[Tensor]], eps: float,
+                 reduce: Optional[Reducer] = None) -> float:
     """Coefficient k of g_f ← g_f − k·ema: ⟨g_f,ema⟩/(‖ema‖²+eps) when ⟨g_f,ema⟩ < 0, else 0 (float64)."""
-    dot = _dot(_side(pairs, 0), ema)
-    return dot / (_dot(ema, ema) + eps) if dot < 0 else 0.0
+    dot, ee = _dots([(_side(pairs, 0), ema), (ema, ema)], reduce)
+    return dot / (ee + eps) if dot < 0 else 0.0
 
 
 def _need_state(rule: str, state: Optional[RuleState]) -> RuleState:
@@ -244,7 +272,7 @@ def _need_state(rule: str, state: Optional[RuleState]) -> RuleState:
 
 @RULES.register("gru")
 def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-             state: Optional[RuleState] = None) -> Grads:
+             state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """GRU as its authors' code (Wang et al. 2025, open-unlearning src/trainer/unlearn/gru.py): g = γ·g_f'.
 
     ema ← 0.8·g_r + 0.2·ema (ema starts at 0: the CURRENT retain gradient weighs 0.8); if
@@ -258,7 +286,7 @@ def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: f
     ema = list(state.ema or [])
     pairs = [(torch.zeros_like(e), torch.zeros_like(e)) if p is None and e is not None else p
              for p, e in zip(pairs, ema)]  # the authors' zeros: a decayed EMA still projects there
-    coef = _project_off(pairs, ema, 0.0)
+    coef = _project_off(pairs, ema, 0.0, reduce)
 
     def fn(i: int, f: Tensor, r: Tensor) -> Tensor:
         e = ema[i]
@@ -271,19 +299,19 @@ def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: f
 
 @RULES.register("gru_ema")
 def rule_gru_ema(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-                 state: Optional[RuleState] = None) -> Grads:
+                 state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """obliviate's earlier GRU reading: ema ← 0.8·ema + 0.2·g_r; project g_f off ema; g = γ·g_f' + α·g_r.
 
     Differs from `gru` (the authors' code) in three ways: the EMA keeps 0.8 of the PAST average and
     starts at the first g_r (no zero start), the projection adds ε to ‖ema‖², and α·g_r is added to
     the update. The EMA takes this step's g_r BEFORE the conflict test (a fresh state acts like
-    pcgrad_global). EMA kept in at least float32; mutates `state`. Needs an all-reduce if sharded.
+    pcgrad_global). EMA kept in at least float32; mutates `state`. Scalars summed over shards with `reduce`.
     """
     state = _need_state("gru_ema", state)
     pairs = _align(forget_grads, retain_grads)
     _update_ema(state, pairs, 1 - GRU_MOMENTUM, first_is_g_r=True)
     ema = list(state.ema or [])
-    coef = _project_off(pairs, ema, EPS)
+    coef = _project_off(pairs, ema, EPS, reduce)
 
     def fn(i: int, f: Tensor, r: Tensor) -> Tensor:
         e = ema[i]
@@ -304,7 +332,8 @@ SUMS = ("ff", "rr", "gg", "fr", "gf", "gr", "n_conflict", "n_total")
 
 def stat_sums(forget_grads: Grads, retain_grads: Grads, combined: Grads,
               masks: Optional[list[Optional[Tensor]]] = None) -> dict[str, float]:
-    """The additive pieces of `stats` (inner products, conflict and coordinate counts), float64."""
+    """The additive pieces of `stats` (inner products, conflict and coordinate counts), float64, of these
+    tensors (of this shard: sum the dicts over shards with `reduce_sums`)."""
     if len(combined) != len(forget_grads):
         raise ValueError(f"combined has {len(combined)} gradients, inputs have {len(forget_grads)}")
     pairs = _align(forget_grads, retain_grads)
@@ -313,6 +342,15 @@ def stat_sums(forget_grads: Grads, retain_grads: Grads, combined: Grads,
     return {"ff": _dot(fs, fs), "rr": _dot(rs, rs), "gg": _dot(gs, gs), "fr": _dot(fs, rs), "gf": _dot(gs, fs),
             "gr": _dot(gs, rs), "n_conflict": float(sum(int(torch.count_nonzero(m)) for m in masks if m is not None)),
             "n_total": float(sum(p[0].numel() for p in pairs if p is not None))}
+
+
+def reduce_sums(parts: list[dict[str, float]], reduce: Optional[Reducer]) -> list[dict[str, float]]:
+    """`stat_sums` dicts summed over shards, all in ONE call of `reduce` (identity when None)."""
+    if reduce is None or not parts:
+        return parts
+    flat = reduce(torch.tensor([[p[k] for k in SUMS] for p in parts], dtype=torch.float64).reshape(-1))
+    rows = flat.reshape(len(parts), len(SUMS)).tolist()
+    return [dict(zip(SUMS, row)) for row in rows]
 
 
 def stats_from_sums(s: dict[str, float]) -> dict[str, float]:
@@ -343,19 +381,48 @@ def per_module_stats(names: list[str], forget_grads: Grads, retain_grads: Grads,
             if f is not None or r is not None}
 
 
+SHARD_LOCAL = ("sum", "sago", "sago_retain")  # elementwise: exact on any shard, no reduction
+REDUCING = ("pcgrad", "pcgrad_global", "blur", "gru", "gru_ema")  # take `reduce` for their dot products
+
+
+def _rule_kw(rule: str, reduce: Optional[Reducer]) -> dict[str, Any]:
+    """`reduce=` for a rule that sums scalars over shards; an error for a rule that cannot on shards."""
+    name = rule.lower()
+    if reduce is None or name in SHARD_LOCAL:
+        return {}
+    if name in REDUCING:
+        return {"reduce": reduce}
+    raise ValueError(f"gradient rule '{rule}' does not say how to sum its scalars over gradient shards; "
+                     f"sharded training supports {', '.join(SHARD_LOCAL + REDUCING)}")
+
+
 def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-            state: Optional[RuleState] = None,
-            per_module_names: Optional[list[str]] = None) -> tuple[Grads, dict[str, Any]]:
-    """Apply RULES[rule]; return (combined grads, stats dict with "modules" when names are given)."""
+            state: Optional[RuleState] = None, per_module_names: Optional[list[str]] = None,
+            reduce: Optional[Reducer] = None) -> tuple[Grads, dict[str, Any]]:
+    """Apply RULES[rule]; return (combined grads, stats dict with "modules" when names are given).
+
+    `reduce`: the lists are this rank's shards; dot products, norms and stats are summed over shards."""
     fn = RULES.get(rule)
+    rule_kw = _rule_kw(rule, reduce)
     if per_module_names is not None:  # check before a stateful rule touches its state
         _check_names(per_module_names, forget_grads, retain_grads)
     masks = _masks(_align(forget_grads, retain_grads))  # computed once: SAGO's mask is stats' conflict count
     kw = {"masks": masks} if rule.lower() in ("sago", "sago_retain") else {}
-    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state, **kw)
-    out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads, masks))
+    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state, **kw, **rule_kw)
+    if reduce is None:
+        out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads, masks))
+        if per_module_names is not None:
+            out["modules"] = per_module_stats(per_module_names, forget_grads, retain_grads, grads)
+        return grads, out
+    parts = [stat_sums(forget_grads, retain_grads, grads, masks)]
+    present = []
     if per_module_names is not None:
-        out["modules"] = per_module_stats(per_module_names, forget_grads, retain_grads, grads)
+        present = [i for i, (f, r) in enumerate(zip(forget_grads, retain_grads)) if f is not None or r is not None]
+        parts += [stat_sums([forget_grads[i]], [retain_grads[i]], [grads[i]], [masks[i]]) for i in present]
+    parts = reduce_sums(parts, reduce)
+    out = dict(stats_from_sums(parts[0]))
+    if per_module_names is not None:
+        out["modules"] = {per_module_names[i]: stats_from_sums(p) for i, p in zip(present, parts[1:])}
     return grads, out
 
 
@@ -364,17 +431,18 @@ PER_TENSOR = ("sum", "sago", "sago_retain", "pcgrad")  # rules whose output i de
 
 def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Callable[[int, Optional[Tensor]], None],
                  *, alpha: float, gamma: float, state: Optional[RuleState] = None,
-                 per_module_names: Optional[list[str]] = None) -> dict[str, Any]:
+                 per_module_names: Optional[list[str]] = None, reduce: Optional[Reducer] = None) -> dict[str, Any]:
     """`combine`, streamed: output i goes to `write(i, g_i)` and inputs i are released (set to None).
 
     For per-tensor rules this bounds memory to the two input gradient sets plus ONE tensor (the
     loop writes g_i into .grad as it comes); global rules (pcgrad_global, blur, gru, gru_ema) need every
     output before any is written, so they hold one more full copy while combining. The lists are
-    the caller's own buffers and are emptied. Returns the stats dict of `combine`.
+    the caller's own buffers and are emptied. Returns the stats dict of `combine`. `reduce`: as `combine`
+    (pcgrad then sums all its per-tensor scalars in one call before streaming).
     """
     if rule.lower() not in PER_TENSOR:
         grads, out = combine(rule, forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state,
-                             per_module_names=per_module_names)
+                             per_module_names=per_module_names, reduce=reduce)
         for i, g in enumerate(grads):
             forget_grads[i] = retain_grads[i] = None
             write(i, g)
@@ -382,23 +450,28 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
     fn = RULES.get(rule)
     if per_module_names is not None:
         _check_names(per_module_names, forget_grads, retain_grads)
-    _align(forget_grads, retain_grads)  # validate every pair before anything is written
+    pairs = _align(forget_grads, retain_grads)  # validate every pair before anything is written
+    coefs = pcgrad_coefs(pairs, reduce) if rule.lower() == "pcgrad" else None  # whole-tensor scalars, one call
     totals = dict.fromkeys(SUMS, 0.0)
-    modules: dict[str, dict[str, float]] = {}
+    parts: dict[str, dict[str, float]] = {}
     for i in range(len(forget_grads)):
         f, r = [forget_grads[i]], [retain_grads[i]]
         if f[0] is None and r[0] is None:
             write(i, None)
             continue
         masks = _masks(_align(f, r))
-        g = fn(f, r, alpha=alpha, gamma=gamma, state=state, **({"masks": masks} if rule.lower().startswith("sago") else {}))
+        kw: dict[str, Any] = {"masks": masks} if rule.lower().startswith("sago") else {}
+        if coefs is not None:
+            kw["coefs"] = [coefs[i]]
+        g = fn(f, r, alpha=alpha, gamma=gamma, state=state, **kw)
         part = stat_sums(f, r, g, masks)
         totals = {k: totals[k] + part[k] for k in SUMS}
         if per_module_names is not None:
-            modules[per_module_names[i]] = stats_from_sums(part)
+            parts[per_module_names[i]] = part
         forget_grads[i] = retain_grads[i] = None
         write(i, g[0])
-    out: dict[str, Any] = dict(stats_from_sums(totals))
+    summed = reduce_sums([totals, *parts.values()], reduce)
+    out: dict[str, Any] = dict(stats_from_sums(summed[0]))
     if per_module_names is not None:
-        out["modules"] = modules
+        out["modules"] = {n: stats_from_sums(p) for n, p in zip(parts, summed[1:])}
     return out

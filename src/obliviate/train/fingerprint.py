@@ -2,7 +2,8 @@
 
 Checkpoints record it; resuming under another fingerprint is a CheckpointMismatchError that lists every key
 that differs (old -> new), so a leftover train.checkpoint_dir of another run is never resumed silently.
-Left out, because they never change the numbers a run computes: progress, cpu (the device), checkpoint_dir,
+Left out, because they never change the numbers a run computes: progress, cpu (the device), fsdp (sharding
+equals one process, tested), checkpoint_dir,
 checkpoint_every, resume, method.combine.module_stats (logging only) and method.refusals (its path: the
 encoded refusals are hashed instead). epochs, max_steps and batch_size enter as what they resolve to: the
 number of optimizer steps (the schedule's length) and the global batch (per-device batch x processes), so a
@@ -17,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-IRRELEVANT_TRAIN = frozenset({"progress", "cpu", "checkpoint_dir", "checkpoint_every", "resume",
+IRRELEVANT_TRAIN = frozenset({"progress", "cpu", "fsdp", "checkpoint_dir", "checkpoint_every", "resume",
                               "epochs", "max_steps", "batch_size"})
 SAMPLE = 4096  # values hashed per weight tensor
 ABSENT = "(absent)"

@@ -233,16 +233,23 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
             if ckpt is not None and ckpt.due(step, steps):
                 ckpt.save(step, model, optimizer, scheduler, plan.rule_state, result.history, accelerator)
     result.seconds = time.perf_counter() - start
+    from obliviate.train.fsdp import is_sharded, unshard
+
+    if is_sharded(model):  # the caller saves and evaluates a plain, full model (every rank gathers)
+        unshard(model)
     model.eval()
     return result
 
 
 def _fused_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,
                 accelerator: Any) -> dict[str, Tensor]:
-    """Accumulate one fused backward of Σ weight·loss per micro-batch (DDP syncs on the last)."""
+    """Accumulate one fused backward of Σ weight·loss per micro-batch (DDP syncs on the last; FSDP
+    reduce-scatters every backward into the sharded .grad)."""
+    from obliviate.train.fsdp import is_sharded
+
     logs: dict[str, Tensor] = {}
     for k in range(cfg.grad_accum):
-        sync = k == cfg.grad_accum - 1
+        sync = k == cfg.grad_accum - 1 or is_sharded(model)
         with (nullcontext() if sync else accelerator.no_sync(model)):
             micro = next(micro_batches)
             terms = {part: plan.compute(micro, part) for part in plan.parts}
@@ -262,15 +269,21 @@ def _swap(params: list[Tensor], buffer: list[Tensor | None]) -> None:
 
 def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,
                    accelerator: Any, named: list[tuple[str, Tensor]]) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """Forget and retain backward separately, accumulate, all-reduce, combine into .grad (SAGO family)."""
-    from obliviate.synthesis import combine_into
+    """Forget and retain backward separately, accumulate, all-reduce, combine into .grad (SAGO family).
 
+    Under FSDP each backward reduce-scatters (averages) into the sharded .grad of whichever buffer is swapped
+    in, and the rule combines the local shards, summing its scalars over ranks (fsdp.all_reduce_sums)."""
+    from obliviate.synthesis import combine_into
+    from obliviate.train import fsdp
+
+    sharded = fsdp.is_sharded(model)
     params = [p for _, p in named]
     forget_buf: list[Tensor | None] = [None] * len(params)
     logs: dict[str, Tensor] = {}
     for _ in range(cfg.grad_accum):
         micro = next(micro_batches)
-        with accelerator.no_sync(model):  # ranks are averaged once below, for both buffers
+        # DDP: ranks are averaged once below, for both buffers; FSDP must reduce-scatter each backward
+        with (nullcontext() if sharded else accelerator.no_sync(model)):
             _swap(params, forget_buf)
             _, lf = plan.compute(micro, "forget")
             accelerator.backward(lf / cfg.grad_accum)
@@ -281,17 +294,19 @@ def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: L
         logs["retain"] = logs.get("retain", 0.0) + lr_.detach() / cfg.grad_accum
     logs["loss"] = plan.gamma * logs["forget"] + plan.alpha * logs["retain"]
     g_f, g_r = forget_buf, [p.grad for p in params]
-    if accelerator.num_processes > 1:
+    if sharded:  # already averaged by the reduce-scatter; the rule works on this rank's shards
+        g_f, g_r = [fsdp.local(g) for g in g_f], [fsdp.local(g) for g in g_r]
+    elif accelerator.num_processes > 1:
         _all_reduce_mean(g_f + g_r, accelerator.num_processes)
     names = [n for n, _ in named] if plan.module_stats else None
     for p in params:  # g_r now lives only in the list, so each .grad can be replaced as it is combined
         p.grad = None
 
     def write(i: int, g: Tensor | None) -> None:
-        params[i].grad = g
+        params[i].grad = fsdp.as_param_grad(params[i], g) if sharded else g
 
-    stats = combine_into(plan.rule, g_f, g_r, write, alpha=plan.alpha, gamma=plan.gamma,
-                         state=plan.rule_state, per_module_names=names)
+    stats = combine_into(plan.rule, g_f, g_r, write, alpha=plan.alpha, gamma=plan.gamma, state=plan.rule_state,
+                         per_module_names=names, reduce=fsdp.reducer(accelerator.device) if sharded else None)
     extra = {"stats": {k: float(v) for k, v in stats.items() if k != "modules"}}
     if "modules" in stats:
         extra["modules"] = stats["modules"]
@@ -320,8 +335,10 @@ def _finish_step(accelerator: Any, optimizer: Any, scheduler: Any, params: list[
 
     if cfg.max_grad_norm is not None:
         grad_norm = accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
-    else:  # ranks hold the same averaged gradients, so every rank measures the same norm
+    else:  # ranks hold the same averaged gradients (or DTensor shards), so every rank measures the same norm
         grad_norm = get_total_norm([p.grad for p in params if p.grad is not None])
+    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP: the norm over all shards
+        grad_norm = grad_norm.full_tensor()
     lr = scheduler.get_last_lr()[0]
     names = sorted(logs)
     wide = torch.float32 if accelerator.device.type == "mps" else torch.float64  # MPS has no float64

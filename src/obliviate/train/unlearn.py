@@ -13,11 +13,13 @@ from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
+from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
 from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
 from obliviate.train.fingerprint import fingerprint
+from obliviate.train.fsdp import place_frozen, prepare
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
 
 
@@ -57,6 +59,11 @@ class ResolvedMethod:
     @property
     def needs_refusals(self) -> bool:
         return bool(self.needs() & {"refusal", "refusal_reference"})
+
+
+def _cache_trajectory(m: MethodConfig) -> dict[str, Any]:
+    """The θ0-cache settings that change the numbers (top-k's tail bucket, bf16 rounding); exact = live."""
+    return {"topk": m.cache_topk if m.cache == "topk" else None, "bf16": bool(m.cache_bf16) and m.cache != "none"}
 
 
 def resolve_method(m: MethodConfig) -> ResolvedMethod:
@@ -131,6 +138,12 @@ class Side:
     enc: list[Encoded]
     refusal_enc: list[Encoded] | None = None
     loop_kw: dict[str, Any] = field(default_factory=dict)
+    caches: dict[str, RoleCache] = field(default_factory=dict)  # θ0 stats per example (modeling/cache.py)
+
+    def _frozen(self, role: str, batch: dict, mine: list[int], model: torch.nn.Module, live: Any) -> Any:
+        """θ0 stats of `role` on `batch` (rows: examples `mine`): from the cache when it has one, else live."""
+        cache = self.caches.get(role)
+        return live() if cache is None or _sharded(model) else cache.get(batch, mine, model, live)
 
     def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int,
              step: StepShare | None = None) -> torch.Tensor:
@@ -148,10 +161,13 @@ class Side:
         layer = self.kwargs.get("layer") if "hidden" in needs else None
         world = acc.num_processes
         total = _pool_total(self.enc, step, kind, scale, world)
+        mine = shard(idx, acc.process_index, world)
         if "teacher" in needs:
-            extra["teacher"] = frozen.teacher_stats(batch)  # type: ignore[union-attr]
+            extra["teacher"] = self._frozen("teacher", batch, mine, model,
+                                            lambda: frozen.teacher_stats(batch))  # type: ignore[union-attr]
         if "reference" in needs:
-            extra["reference"] = frozen.reference_stats(batch, hidden_layer=layer)  # type: ignore[union-attr]
+            extra["reference"] = self._frozen("reference", batch, mine, model, lambda: frozen.reference_stats(
+                batch, hidden_layer=layer))  # type: ignore[union-attr]
         if self.refusal_enc is not None and ("refusal" in needs or "refusal_reference" in needs):
             rbatch, _ = _shard_batch(self.refusal_enc, idx, acc, pad)
             rtotal = _pool_total(self.refusal_enc, step, "targets", scale, world)
@@ -159,12 +175,22 @@ class Side:
                 extra["refusal"] = forward_stats(model, rbatch)
                 extra["refusal"].token_total = rtotal
             if "refusal_reference" in needs:
-                extra["refusal_reference"] = frozen.reference_stats(rbatch)  # type: ignore[union-attr]
+                extra["refusal_reference"] = self._frozen("refusal_reference", rbatch, mine, model,
+                                                          lambda: frozen.reference_stats(rbatch))  # type: ignore[union-attr]
         policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer)
         policy.token_total = total
         if layer is not None:
             policy.hidden_total = _pool_total(self.enc, step, "labels", scale, world)
+        extra = {k: complete_topk(v, policy.log_probs()) if isinstance(v, TopK) else v for k, v in extra.items()}
         return self.spec.fn(policy, **extra, **self.kwargs) * scale
+
+
+def _sharded(model: torch.nn.Module) -> bool:
+    """FSDP-sharded training: a frozen forward is collective, so a rank whose batch is cached cannot skip it
+    while another rank's is not; the θ0 cache is then not used (every step runs θ0 live)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int
@@ -195,7 +221,25 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
                   refusal_twins(retain_rows, 1) if refusals else None)
+    add_caches(CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16), forget, retain)
     return forget, retain
+
+
+def add_caches(budget: CacheBudget, *sides: Side | None) -> None:
+    """A θ0 cache for each frozen role the sides' objectives read (hidden states stay live)."""
+    for side in sides:
+        if side is None:
+            continue
+        needs = side.spec.needs
+        roles = [r for r in ("teacher", "reference") if r in needs and not (r == "reference" and "hidden" in needs)]
+        for role in roles:
+            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in side.enc))
+            if cache is not None:
+                side.caches[role] = cache
+        if "refusal_reference" in needs and side.refusal_enc is not None:
+            cache = budget.role(side.spec.name, "refusal_reference", sum(_count(e, "targets") for e in side.refusal_enc))
+            if cache is not None:
+                side.caches["refusal_reference"] = cache
 
 
 WMDP_PARAM = "mlp.down_proj.weight"  # WMDP's param_ids [6] of a Llama/Mistral decoder layer
@@ -265,15 +309,16 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         select_trainable(model, rm.loop_kw["trainable_params"], rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
     frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
     if frozen is not None:
-        frozen.model.to(acc.device)
+        place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(fside.enc), global_batch, train)
     opt, sched = make_optimizer(model, train, steps)
     data = {"forget": fside.enc, "retain": rside.enc if rside else [], "forget_refusals": fside.refusal_enc or [],
             "retain_refusals": (rside.refusal_enc if rside else None) or []}
     fp = partial(fingerprint, "unlearn", train, steps=steps, global_batch=global_batch, max_length=max_length,
-                 model=model, tokenizer=tokenizer, data=data, method=rm.settings())  # model: θ0, before prepare
-    model, opt = acc.prepare(model, opt)
+                 model=model, tokenizer=tokenizer, data=data,
+                 method={**rm.settings(), "cache": _cache_trajectory(method)})  # model: θ0, before prepare
+    model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
     plan = with_steps(paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed),
                       train.grad_accum)
@@ -305,7 +350,7 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     opt, sched = make_optimizer(model, train, steps)
     fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data={"rows": enc})
-    model, opt = acc.prepare(model, opt)
+    model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
 
     def compute(idx: list[int], part: str) -> tuple[float, torch.Tensor]:

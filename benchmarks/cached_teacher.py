@@ -1,0 +1,88 @@
+"""Step time of ASU_KL with a live vs a cached θ0 (teacher + reference), against GradDiff, in one run.
+
+Prints the ratios issue 11 item 2 targets:
+  asu_kl(cached) / graddiff      -> target <= 1.05
+  asu_kl(cached) / asu_kl(live)  (and live / graddiff, the cost the cache removes)
+Same setup as sago_overhead.py (Llama hidden x layers, BPE vocab 2048, TOFU forget10/retain90, batch
+8+8, 1 thread). Every run starts from the same seed, so every run sees the same batches; the cache is
+filled by one untimed warm-up run and then reused by every cached run (θ0 is the same model), so the
+cached figures are the steady state of epochs 2+. Variants interleaved in rounds; median step time
+per variant (the first step of each run is dropped). Usage: python benchmarks/cached_teacher.py
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sago_overhead import setup
+
+VARIANTS = {"graddiff": {"forget": "ga", "retain": "nll"},
+            "asu_kl_live": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl", "cache": "none"},
+            "asu_kl_cached": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl", "cache": "exact"}}
+
+
+def share_caches() -> dict:
+    """Make every cached run reuse the caches of the first one (same data, same θ0: the stored entries are valid)."""
+    import obliviate.train.unlearn as u
+
+    real, kept = u.add_caches, {}  # type: ignore[var-annotated]
+
+    def add_caches(budget, *sides):
+        real(budget, *sides)
+        if budget.mode == "none":
+            return
+        for n, side in enumerate(sides):
+            if side is not None:
+                side.caches = kept.setdefault(n, side.caches)
+
+    u.add_caches = add_caches
+    return kept
+
+
+def run_variant(name: str, steps: int, state: tuple) -> list[float]:
+    from obliviate.config import MethodConfig, TrainConfig
+    from obliviate.train.unlearn import unlearn
+
+    (forget, retain), tok, model = state
+    cfg = TrainConfig(max_steps=steps, batch_size=8, lr=1e-5, progress=False, scheduler="constant")
+    res = unlearn(copy.deepcopy(model), tok, forget, retain, MethodConfig(**VARIANTS[name]), cfg, max_length=256)
+    return [h["step_seconds"] for h in res.history[1:]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (first is dropped)")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--data", choices=("tofu", "synthetic"), default="tofu")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    state = setup(args.hidden, args.layers, args.data)
+    kept = share_caches()
+    run_variant("asu_kl_cached", args.steps, state)  # warm-up: fills the cache with the timed runs' examples
+    stored = sum(len(c.store) for caches in kept.values() for c in caches.values())
+    times: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    for _ in range(args.rounds):
+        for name in VARIANTS:
+            times[name] += run_variant(name, args.steps, state)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    params = sum(p.numel() for p in state[2].parameters())
+    print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters, vocab "
+          f"{state[2].config.vocab_size}; {args.data} forget10/retain90, batch 8+8, 1 thread; {stored} cached entries")
+    for k, v in med.items():
+        print(f"  median step {k:<14} {v * 1000:8.1f} ms  ({len(times[k])} steps)")
+    print(f"ratio asu_kl(cached) / graddiff     = {med['asu_kl_cached'] / med['graddiff']:.3f}   (target <= 1.05)")
+    print(f"ratio asu_kl(live)   / graddiff     = {med['asu_kl_live'] / med['graddiff']:.3f}")
+    print(f"ratio asu_kl(cached) / asu_kl(live) = {med['asu_kl_cached'] / med['asu_kl_live']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Cached θ0 statistics (teacher and reference): computed once per example, reused every epoch.
+
+The ASU teacher and the reference θ0 are frozen and the forget/retain sets fixed, so their stats on
+an example never change. A `RoleCache` stores, per example index, what the objective reads on that
+example's answer tokens (the positions of the shifted mask, in order), and rebuilds TokenStats for
+any batch composition aligned to the POLICY's window (`label_start` of that batch):
+
+- "scalar": token log-probs of the targets only (npo, dpo: they read `.logp`); a few bytes a token.
+- "exact": log-softmax over the vocabulary, [n_answer_tokens, V] per example, in the model's own
+  precision (float32; float64 stays float64), or bfloat16 with `cache_bf16` (relative error
+  ≤ 2^-9 of each log-prob; the rows are then no longer exactly normalised).
+- "topk": the k largest log-probs with their ids and log P_tail (mass of the other V-k). KL(p ‖ q)
+  is then taken with the tail as ONE bucket: Σ_top p_v log(p_v/q_v) + P_tail log(P_tail/Q_tail).
+  `complete_topk` realises it as a full teacher row (tail mass spread over the tail in proportion
+  to the detached student q), so the objective's KL code and its gradient (q − p̃) are unchanged.
+  Error: exact − bucketed = P_tail·KL(p_tail/P_tail ‖ q_tail/Q_tail) ≥ 0 (log-sum inequality);
+  0 when k = V or the student's tail is proportional to the teacher's; ≤ P_tail·max_tail log(p̂/q̂).
+
+Entries are filled lazily: a batch holding an index not yet cached runs the live frozen forward
+once, uses it, and stores each missing example. Under data parallelism each rank caches only the
+examples it has seen (a rank may meet an index later that another rank cached: that is a miss, run
+live once); the memory estimate counts every example of the side (an upper bound per rank).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from obliviate.errors import ConfigError
+from obliviate.modeling.logprobs import (
+    TokenStats,
+    label_start,
+    shift_labels,
+    takes_logits_to_keep,
+)
+
+MODES = ("auto", "none", "exact", "topk")
+SCALAR_ONLY = frozenset({"npo", "dpo", "idk_dpo"})  # frozen stats read only through .logp / .mask
+
+
+@dataclass
+class CacheBudget:
+    """Every RoleCache of one run: one memory estimate (printed before anything is stored) and limit."""
+
+    mode: str
+    max_gb: float
+    topk: int
+    bf16: bool
+    log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
+    caches: list[RoleCache] = field(default_factory=list)
+    vocab: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"method.cache must be one of {list(MODES)}, got {self.mode!r}")
+        if not (isinstance(self.topk, int) and self.topk >= 1):
+            raise ConfigError(f"method.cache_topk must be an int >= 1, got {self.topk!r}")
+        if not self.max_gb >= 0:
+            raise ConfigError(f"method.cache_max_gb must be >= 0, got {self.max_gb!r}")
+
+    def role(self, objective: str, role: str, n_tokens: int) -> RoleCache | None:
+        """The cache of one frozen role of one side, or None when it stays live."""
+        if self.mode == "none":
+            return None
+        kind = "scalar" if objective in SCALAR_ONLY else ("exact" if self.mode == "auto" else self.mode)
+        if kind == "topk" and objective not in ("asu", "kl"):
+            raise ConfigError(f"method.cache=topk approximates a KL with its tail as one bucket, which {objective!r} "
+                              "does not compute; use method.cache=exact or auto")
+        cache = RoleCache(f"{objective} {role}", kind, n_tokens, self)
+        self.caches.append(cache)
+        return cache
+
+    def ensure(self, vocab: int, dtype: torch.dtype) -> None:
+        """On the first frozen forward (V known): print the estimate, refuse or fall back over the limit."""
+        if self.vocab is not None:
+            return
+        self.vocab = vocab
+        lines = [c.estimate(vocab, dtype) for c in self.caches]
+        total = sum(b for _, b in lines)
+        self.log("θ0 cache (method.cache={}): {}; total {:.3f} GB (limit method.cache_max_gb={:g})".format(self.mode, "; ".join(t for t, _ in lines), total / 1e9, self.max_gb))
+        if total <= self.max_gb * 1e9:
+            return
+        if self.mode == "auto":  # drop the largest distribution caches until the rest fits
+            for c, (_, size) in sorted(zip(self.caches, lines), key=lambda x: -x[1][1]):
+                if total <= self.max_gb * 1e9:
+                    break
+                if c.kind != "scalar":
+                    c.kind, total = "off", total - size
+                    self.log(f"θ0 cache: {c.name} computed live instead (over method.cache_max_gb; method.cache=auto)")
+            return
+        raise ConfigError(f"the θ0 cache needs {total / 1e9:.3f} GB > method.cache_max_gb={self.max_gb:g}; set "
+                          f"method.cache=none (live θ0 forwards), method.cache=topk (method.cache_topk={self.topk}), "
+                          "method.cache_bf16=true, or raise method.cache_max_gb")
+
+
+class RoleCache:
+    """Per-example frozen stats of one role (e.g. the ASU teacher of the forget side), keyed by index."""
+
+    def __init__(self, name: str, kind: str, n_tokens: int, budget: CacheBudget) -> None:
+        self.name, self.kind, self.n_tokens, self.budget = name, kind, n_tokens, budget
+        self.store: dict[int, tuple[Tensor, ...]] = {}
+
+    def estimate(self, vocab: int, dtype: torch.dtype) -> tuple[str, int]:
+        """A line 'name kind: N answer tokens × V × b B = x GB' and its bytes."""
+        item = 2 if self.budget.bf16 else torch.finfo(dtype).bits // 8
+        if self.kind == "exact":
+            per, what = vocab * item, f"{vocab} vocab × {item} B"
+        elif self.kind == "topk":
+            per, what = self.budget.topk * (item + 8) + item, f"(k={self.budget.topk} × ({item} B + 8 B id) + {item} B tail)"
+        else:
+            per, what = item, f"{item} B"
+        return f"{self.name} {self.kind}: {self.n_tokens} answer tokens × {what} = {self.n_tokens * per / 1e9:.4f} GB", \
+            self.n_tokens * per
+
+    def get(self, batch: Mapping[str, Any], idx: list[int], policy_model: torch.nn.Module,
+            live: Callable[[], TokenStats]) -> TokenStats | TopK:
+        """Stats of this role on `batch` (rows = examples `idx`), in the policy's window."""
+        if self.kind == "off":
+            return live()
+        if any(i not in self.store for i in idx):
+            stats = live()
+            self.budget.ensure(stats.token_logp.shape[-1] if stats.logits is None else stats.logits.shape[-1],
+                               stats.token_logp.dtype)
+            if self.kind == "off":
+                return stats
+            for b, i in enumerate(idx):
+                if i not in self.store:
+                    self.store[i] = self._entry(stats, b)
+            if self.kind != "topk":
+                return stats
+        return self._build(batch["labels"], idx, policy_model)
+
+    def _entry(self, stats: TokenStats, b: int) -> tuple[Tensor, ...]:
+        m = stats.mask[b]
+        logp = stats.token_logp[b][m].clone()
+        if self.kind == "scalar":
+            return (logp,)
+        lp = stats.log_probs()[b][m]
+        if self.kind == "exact":
+            return (logp, lp.to(torch.bfloat16) if self.budget.bf16 else lp.clone())
+        k = min(self.budget.topk, lp.shape[-1])
+        vals, ids = lp.topk(k, dim=-1)
+        tail = torch.logsumexp(lp.scatter(-1, ids, float("-inf")), dim=-1)
+        if self.budget.bf16:
+            vals, tail = vals.to(torch.bfloat16), tail.to(torch.bfloat16)
+        return (logp, vals, ids, tail)
+
+    def _build(self, labels: Tensor, idx: list[int], policy_model: torch.nn.Module) -> TokenStats | TopK:
+        start = label_start(labels) if takes_logits_to_keep(policy_model) else 0
+        targets, mask = shift_labels(labels[:, start:])
+        entries = [self.store[i] for i in idx]
+        dtype = entries[0][0].dtype
+        token_logp = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        token_logp[mask] = torch.cat([e[0] for e in entries]).to(mask.device)
+        if self.kind == "scalar":
+            return TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets)
+        if self.kind == "exact":
+            rows = torch.cat([e[1] for e in entries]).to(mask.device, dtype)
+            lp = rows.new_full((*mask.shape, rows.shape[-1]), -math.log(rows.shape[-1]))  # uniform off the answer
+            lp[mask] = rows
+            return TokenStats(logits=lp, token_logp=token_logp, mask=mask, targets=targets, _log_probs=lp)
+        k = entries[0][1].shape[-1]
+        vals = torch.zeros((*mask.shape, k), dtype=dtype, device=mask.device)
+        ids = torch.zeros((*mask.shape, k), dtype=torch.long, device=mask.device)
+        tail = torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device)
+        vals[mask] = torch.cat([e[1] for e in entries]).to(mask.device, dtype)
+        ids[mask] = torch.cat([e[2] for e in entries]).to(mask.device)
+        tail[mask] = torch.cat([e[3] for e in entries]).to(mask.device, dtype)
+        return TopK(TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets), vals, ids, tail)
+
+
+@dataclass
+class TopK:
+    """Cached top-k teacher rows, completed against the student's distribution by `complete_topk`."""
+
+    stats: TokenStats
+    vals: Tensor  # [B, W, k] log-probs of the k most likely tokens
+    ids: Tensor  # [B, W, k] their ids
+    tail: Tensor  # [B, W] log of the remaining mass (−inf when k = V)
+
+
+def complete_topk(top: TopK, student_log_probs: Tensor) -> TokenStats:
+    """Full teacher rows p̃ [B, W, V]: top-k exact, tail mass P_tail spread ∝ the detached student q.
+
+    KL(p̃ ‖ q) = Σ_top p log(p/q) + P_tail log(P_tail/Q_tail), the one-bucket tail KL, and its
+    gradient w.r.t. the student's logits is q − p̃, that of the bucketed KL (module docstring)."""
+    q = student_log_probs.detach()
+    log_q_tail = torch.logsumexp(q.scatter(-1, top.ids, float("-inf")), dim=-1, keepdim=True)
+    shift = top.tail.unsqueeze(-1) - log_q_tail
+    spread = torch.where(torch.isneginf(top.tail).unsqueeze(-1), torch.full_like(q, float("-inf")), q + shift)
+    lp = spread.scatter(-1, top.ids, top.vals)
+    s = top.stats
+    return TokenStats(logits=lp, token_logp=s.token_logp, mask=s.mask, targets=s.targets, _log_probs=lp)

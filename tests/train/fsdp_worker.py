@@ -1,0 +1,71 @@
+"""Run by tests/train/test_fsdp.py under `torchrun --nproc_per_node 2` with train.fsdp=true (and in-process with
+one process): unlearn a tiny float64 model for 3 steps with each gradient rule and save the parameters."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from obliviate.config import CombineConfig, MethodConfig, TrainConfig
+from obliviate.data.synthetic import corpus_texts, make_world
+from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+from obliviate.train.unlearn import unlearn
+
+RULES = ("sum", "sago", "pcgrad", "pcgrad_global", "blur", "gru")
+
+
+def run(out: Path, per_device_batch: int) -> None:
+    """Train one copy per rule from the same start; rank 0 writes parameters, the process count and what
+    the sharded run looked like (parameter types while training, the class after)."""
+    from accelerate import Accelerator
+
+    from obliviate.train import fsdp
+
+    torch.set_num_threads(1)
+    world = make_world(10, seed=1, forget_percents=(10,))
+    tok = train_tokenizer(corpus_texts(world), vocab_size=400)
+    acc = Accelerator(cpu=True)
+    result: dict = {"num_processes": acc.num_processes}
+    if acc.num_processes > 1:
+        result["reduced"] = fsdp.all_reduce_sums(torch.tensor([acc.process_index + 1.0, 2.0])).tolist()
+    seen: list[str] = []
+    from obliviate.train import loop
+
+    original = loop.make_optimizer
+
+    def spy(model, cfg, steps):  # the optimizer is built over the shards: record what it holds
+        seen.append(type(next(model.parameters())).__name__)
+        return original(model, cfg, steps)
+
+    for rule in RULES:
+        model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()
+        kw = {"cache": "none"} if "cache" in MethodConfig.__dataclass_fields__ else {}
+        method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="nll",
+                              combine=CombineConfig(rule=rule), **kw)
+        cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
+                          scheduler="constant", weight_decay=0.0, fsdp=True)
+        loop.make_optimizer = spy
+        try:
+            res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], method, cfg,
+                          max_length=48, accelerator=acc)
+        finally:
+            loop.make_optimizer = original
+        result[rule] = {"params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
+                        "history": res.history, "class": type(model).__name__,
+                        "plain": all(type(p) is torch.nn.Parameter for p in model.parameters()),
+                        "tied": model.get_output_embeddings().weight is model.get_input_embeddings().weight}
+    result["optimizer_params"] = seen
+    # continual unlearning shards the same (gathered) model again: it must train and come back plain
+    cfg = TrainConfig(max_steps=1, batch_size=per_device_batch, progress=False, fsdp=True)
+    unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], MethodConfig(forget="ga", retain="nll"),
+            cfg, max_length=48, accelerator=acc)
+    result["again_plain"] = all(type(p) is torch.nn.Parameter for p in model.parameters())
+    if acc.is_main_process:
+        out.write_text(json.dumps(result))
+    acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), int(sys.argv[2]))

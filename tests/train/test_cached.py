@@ -1,0 +1,100 @@
+"""The θ0 cache (method.cache): cached runs equal live runs; top-k with k = V equals exact; the limit."""
+import copy
+
+import pytest
+import torch
+
+from obliviate.config import MethodConfig, TrainConfig
+from obliviate.errors import ConfigError
+from obliviate.modeling import cache as cache_mod
+from obliviate.train.unlearn import unlearn
+
+
+def _cfg(**kw):
+    return TrainConfig(**{"progress": False, "weight_decay": 0.0, "scheduler": "constant", "max_steps": 5,
+                          "batch_size": 3, "lr": 1e-3, **kw})
+
+
+def _run(model, world, tok, method, **kw):
+    # 4 forget rows, batch 3, 5 steps: batches wrap the epoch, so later batches mix cached and new rows
+    forget, retain = world.splits["forget10"][:4], world.splits["retain90"][:12]
+    unlearn(model, tok, forget, retain, method, _cfg(**kw), max_length=64)
+    return model
+
+
+def _method(name, **kw):
+    base = {"asu_kl": {"forget": "asu", "forget_args": {"tau": 3.0, "layers": [0]}, "retain": "kl"},
+            "npo": {"forget": "npo", "retain": "nll"},
+            "dpo": {"forget": "dpo", "retain": "nll"},
+            "graddiff_kl": {"forget": "ga", "retain": "kl"}}[name]
+    return MethodConfig(**base, **kw)
+
+
+@pytest.fixture
+def hits(monkeypatch):
+    """Counts batches served from the cache (so a test cannot pass with the cache never used)."""
+    seen = []
+    real = cache_mod.RoleCache._build
+
+    def counted(self, *a, **kw):
+        seen.append(self.kind)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(cache_mod.RoleCache, "_build", counted)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["asu_kl", "npo", "dpo", "graddiff_kl"])
+def test_cached_run_equals_live_run(name, hits, small_world, small_tok, trained_small):
+    live = _run(copy.deepcopy(trained_small).double(), small_world, small_tok, _method(name, cache="none"))
+    assert not hits
+    cached = _run(copy.deepcopy(trained_small).double(), small_world, small_tok, _method(name, cache="exact"))
+    assert hits and set(hits) <= {"exact", "scalar"} and ("scalar" in hits) == (name in ("npo", "dpo"))
+    for a, b in zip(live.parameters(), cached.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    assert any(not torch.equal(a, p0.double()) for a, p0 in zip(live.parameters(), trained_small.parameters()))
+
+
+def test_cached_run_equals_live_run_float32(hits, small_world, small_tok, trained_small):
+    live = _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache="none"), max_steps=3)
+    cached = _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl"), max_steps=3)  # auto
+    assert hits
+    for a, b in zip(live.parameters(), cached.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_topk_with_k_equal_vocab_equals_exact(small_world, small_tok, trained_small):
+    vocab = trained_small.get_output_embeddings().weight.shape[0]
+    exact = _run(copy.deepcopy(trained_small).double(), small_world, small_tok, _method("asu_kl", cache="exact"))
+    topk = _run(copy.deepcopy(trained_small).double(), small_world, small_tok,
+                _method("asu_kl", cache="topk", cache_topk=vocab))
+    for a, b in zip(exact.parameters(), topk.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+def test_memory_limit_refuses_naming_the_keys(small_world, small_tok, trained_small, capsys):
+    with pytest.raises(ConfigError, match=r"method\.cache_max_gb=1e-09.*method\.cache=none"):
+        _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache="exact", cache_max_gb=1e-9))
+    out = capsys.readouterr().err
+    assert "asu teacher exact:" in out and "answer tokens ×" in out and "vocab × 4 B" in out  # printed first
+
+
+def test_auto_over_the_limit_runs_live(hits, small_world, small_tok, trained_small):
+    _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache_max_gb=1e-9), max_steps=3)
+    assert not hits
+
+
+def test_bad_cache_settings_are_config_errors(small_world, small_tok, trained_small):
+    with pytest.raises(ConfigError, match="method.cache must be one of"):
+        _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache="yes"))
+    with pytest.raises(ConfigError, match="topk approximates a KL"):
+        _run(copy.deepcopy(trained_small), small_world, small_tok, MethodConfig(forget="undial", retain="nll", cache="topk"))
+
+
+def test_auto_keeps_the_caches_that_fit(small_world, small_tok, trained_small, capsys):
+    from obliviate.modeling.cache import CacheBudget
+
+    budget = CacheBudget("auto", 1e-3, 64, False)
+    small, big = budget.role("asu", "teacher", 10), budget.role("kl", "reference", 1000)
+    budget.ensure(512, torch.float32)  # 10·512·4 B fits in 1 MB, 1000·512·4 B does not
+    assert (small.kind, big.kind) == ("exact", "off") and "kl reference computed live" in capsys.readouterr().err
