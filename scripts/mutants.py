@@ -148,6 +148,13 @@ MUTANTS: list[Mutant] = [
     Mutant("closer look: MU arithmetic mean", "eval/closer_look.py",
            "return (0.0 if np.any(nums == 0) else float(hmean(nums))), used",
            "return (0.0 if np.any(nums == 0) else float(np.mean(nums))), used", T_CL),
+    # sharded rules and the θ0 cache
+    Mutant("fsdp: pcgrad per shard, not per whole tensor", "synthesis.py",
+           "sums = (reduce(part) if reduce is not None else part).tolist()", "sums = part.tolist()",
+           ("tests/train/test_fsdp.py",)),
+    Mutant("cache: top-k tail spread uniformly", "modeling/cache.py",
+           "torch.full_like(q, float(\"-inf\")), q + shift)", "torch.full_like(q, float(\"-inf\")), shift + 0 * q)",
+           ("tests/modeling/test_cache.py",)),
     # divergence guard (train/guard.py)
     Mutant("guard: non-finite gradient norm passes", "train/guard.py",
            "if grad_norm is not None and not math.isfinite(grad_norm):", "if False:", ("tests/train/test_divergence.py",)),
