@@ -25,3 +25,17 @@ def test_ls_imports_no_torch():
             "print(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_mutant_applies_to_the_current_code():
+    """scripts/mutants.py: each snippet occurs exactly once in its file (else the check would stop midway)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "mutants.py"
+    spec = importlib.util.spec_from_file_location("mutants", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    bad = [(m.name, (mod.ROOT / mod.SRC / m.file).read_text().count(m.old)) for m in mod.MUTANTS
+           if (mod.ROOT / mod.SRC / m.file).read_text().count(m.old) != 1]
+    assert not bad and len(mod.MUTANTS) >= 25, bad
