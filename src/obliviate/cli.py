@@ -127,7 +127,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.show_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    _quiet_libraries()
+    if args.command != "validate":  # validate loads no weights: it need not import transformers at all
+        _quiet_libraries()
     if args.command == "demo" and getattr(cfg, "kind", None) == "knowledge":
         from obliviate.knowledge_demo import run_knowledge_demo
 
@@ -154,6 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"obliviate: interrupted; {exc or 'nothing was written'}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `obliviate ls | head`: the reader left; say nothing more, like other CLI tools
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -269,3 +269,15 @@ def test_validate_checks_a_recipe_without_training(world_dir, target_dir, tmp_pa
     _fails(base + ["data.retain_split=full"], capsys, "also appear in the retain set")
     _fails(base + ["method.combine.rule=sagoo"], capsys, "valid names:")
     _fails(base + [f"model.path={tmp_path}"], capsys, "no config.json")
+
+
+def test_ls_into_a_closed_pipe_is_quiet():
+    """`obliviate ls | head -1`: the reader has left; exit 141 with no BrokenPipeError traceback on stderr."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "from obliviate.cli import main; import sys; sys.exit(main(['ls']))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read()
+    assert proc.wait() == 141 and "Traceback" not in err, err

@@ -85,7 +85,7 @@ def test_config_builds_validates_and_splits(world30):
 
 def test_asu_chains_theta0_and_reevaluates_every_request(world30, small_tok, trained_small, monkeypatch):
     from obliviate.modeling.frozen import FrozenModels
-    from obliviate.train import unlearn as unlearn_mod
+    from obliviate.modeling import frozen as frozen_mod  # unlearn() imports FrozenModels from it at call time
 
     teachers, after = [], []
 
@@ -100,7 +100,7 @@ def test_asu_chains_theta0_and_reevaluates_every_request(world30, small_tok, tra
         return res
 
     real_unlearn = continual.unlearn
-    monkeypatch.setattr(unlearn_mod, "FrozenModels", Recording)
+    monkeypatch.setattr(frozen_mod, "FrozenModels", Recording)
     monkeypatch.setattr(continual, "unlearn", unlearn_and_record)
     model = copy.deepcopy(trained_small)
     start = _params(model)
@@ -159,7 +159,7 @@ def test_lora_student_rebases_theta0_on_the_last_result(world30, small_tok, trai
     from obliviate.modeling.frozen import FrozenModels
     from obliviate.modeling.logprobs import forward_stats
     from obliviate.modeling.lora import apply_lora
-    from obliviate.train import unlearn as unlearn_mod
+    from obliviate.modeling import frozen as frozen_mod  # unlearn() imports FrozenModels from it at call time
     from obliviate.train.unlearn import encode_rows
 
     batch = collate(encode_rows(small_tok, world30.splits["forget30"][:4], 64), pad_id(small_tok))
@@ -177,7 +177,7 @@ def test_lora_student_rebases_theta0_on_the_last_result(world30, small_tok, trai
         return res
 
     real_unlearn = continual.unlearn
-    monkeypatch.setattr(unlearn_mod, "FrozenModels", Recording)
+    monkeypatch.setattr(frozen_mod, "FrozenModels", Recording)
     monkeypatch.setattr(continual, "unlearn", unlearn_and_record)
     student = apply_lora(copy.deepcopy(trained_small), r=4, alpha=8, dropout=0.0, target_modules=None)
     reqs = split_requests(world30.splits["forget30"], authors_per_request=1)[:2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
@@ -14,13 +14,14 @@ from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
-from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
 from obliviate.train.fingerprint import fingerprint
-from obliviate.train.fsdp import place_frozen, prepare
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
+
+if TYPE_CHECKING:
+    from obliviate.modeling.frozen import FrozenModels
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,9 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
 
     Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted).
     """
+    from obliviate.modeling.frozen import FrozenModels, has_adapters  # smoothing, transformers: not for validate
+    from obliviate.train.fsdp import place_frozen, prepare
+
     rm = resolve_method(method)
     if rm.retain is not None and not (is_text(forget_rows) or is_text(retain_rows)):
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
@@ -343,6 +347,8 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     The NLL is averaged per example, then over examples (not Hugging Face Trainer's token pooling):
     the built-in targets and retain models, and the tables measured on them, were trained this way.
     """
+    from obliviate.train.fsdp import prepare
+
     acc = accelerator or make_accelerator(train)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes
