@@ -17,12 +17,10 @@ from obliviate.train import checkpoint, loop
 from obliviate.train.fingerprint import differences
 from obliviate.train.unlearn import unlearn
 
+from helpers import interrupt_after, worker
+
 WORKER = Path(__file__).with_name("kill_worker.py")
-sys.path.insert(0, str(WORKER.parent))
-try:
-    import kill_worker
-finally:
-    sys.path.pop(0)
+kill_worker = worker("kill_worker")
 
 
 def _cfg(ck, **kw):
@@ -42,24 +40,6 @@ def _counting(fn):
     loop._finish_step = lambda *a, **k: calls.append(1) or original(*a, **k)
     try:
         return fn(), len(calls)
-    finally:
-        loop._finish_step = original
-
-
-def _stop_after(steps, fn):
-    """Run fn, raising KeyboardInterrupt when optimizer step `steps + 1` starts."""
-    original, count = loop._finish_step, [0]
-
-    def counting(*a, **k):
-        count[0] += 1
-        if count[0] > steps:
-            raise KeyboardInterrupt
-        return original(*a, **k)
-
-    loop._finish_step = counting
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            fn()
     finally:
         loop._finish_step = original
 
@@ -102,7 +82,8 @@ def test_resume_never_replaces_the_old_checkpoint_only_when_a_new_one_is_written
     old = (tmp_path / "checkpoint.pt").read_bytes()
     npo = MethodConfig(forget="npo", retain="nll")
     fresh = _cfg(tmp_path, resume="never")
-    _stop_after(1, lambda: unlearn(_model(small_tok), small_tok, forget, retain, npo, fresh, max_length=64))
+    with pytest.raises(KeyboardInterrupt):
+        interrupt_after(1, lambda: unlearn(_model(small_tok), small_tok, forget, retain, npo, fresh, max_length=64))
     assert (tmp_path / "checkpoint.pt").read_bytes() == old, "no new checkpoint yet: the old one stays"
     res, steps = _counting(lambda: unlearn(_model(small_tok), small_tok, forget, retain, npo, fresh, max_length=64))
     assert steps == 4 and len(res.history) == 4

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import worker
 import torch
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -39,12 +40,7 @@ def test_two_processes_equal_one(tmp_path):
 
 
 def _worker():
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import ddp_worker
-    finally:
-        sys.path.pop(0)
-    return ddp_worker
+    return worker("ddp_worker")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine (accelerate picks CUDA otherwise)")

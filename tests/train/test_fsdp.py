@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import worker
 import torch
 
 from obliviate.synthesis import RuleState, combine, combine_into
@@ -16,12 +17,7 @@ TOL = {"atol": 1e-9, "rtol": 1e-8}  # float64 models, 3 AdamW steps
 
 
 def _worker():
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import fsdp_worker
-    finally:
-        sys.path.pop(0)
-    return fsdp_worker
+    return worker("fsdp_worker")
 
 
 def test_two_sharded_processes_equal_one(tmp_path):

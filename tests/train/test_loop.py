@@ -9,6 +9,8 @@ from obliviate.errors import ObliviateError
 from obliviate.modeling.load import atomic_dir
 from obliviate.train.unlearn import finetune, unlearn
 
+from helpers import interrupt_after
+
 
 def _cfg(**kw):
     return TrainConfig(**{"progress": False, "weight_decay": 0.0, "scheduler": "constant", **kw})
@@ -104,7 +106,7 @@ def test_resumed_run_equals_uninterrupted(rule, small_world, small_tok, trained_
     ck = tmp_path / "ck"
     part = copy.deepcopy(trained_small)
     with pytest.raises(KeyboardInterrupt):
-        _interrupt_after(2, lambda: unlearn(part, small_tok, forget, retain, method,
+        interrupt_after(2, lambda: unlearn(part, small_tok, forget, retain, method,
                                             _cfg(max_steps=4, batch_size=2, grad_accum=2, lr=1e-3,
                                                  checkpoint_dir=str(ck), checkpoint_every=2), max_length=64))
     assert (ck / "checkpoint.pt").is_file()
@@ -124,22 +126,3 @@ def test_resumed_run_equals_uninterrupted(rule, small_world, small_tok, trained_
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     key = [k for k in ref.history[0] if k != "step_seconds"]
     assert [[h[k] for k in key] for h in res.history] == [[h[k] for k in key] for h in ref.history]
-
-
-def _interrupt_after(steps, fn):
-    """Run fn, raising KeyboardInterrupt when the loop starts optimizer step `steps + 1`."""
-    from obliviate.train import loop
-
-    original, count = loop._finish_step, [0]
-
-    def counting(*a, **k):
-        count[0] += 1
-        if count[0] > steps:
-            raise KeyboardInterrupt
-        return original(*a, **k)
-
-    loop._finish_step = counting
-    try:
-        fn()
-    finally:
-        loop._finish_step = original
