@@ -43,37 +43,62 @@ def test_shift_labels_masks_ignored():
     assert t.tolist() == [[0, 4]] and m.tolist() == [[False, True]]
 
 
-def test_label_start_is_the_first_position_predicting_a_label():
-    from obliviate.modeling.logprobs import label_start
-
-    labels = torch.tensor([[-100, -100, -100, 5, 6, -100], [-100, -100, -100, -100, 7, -100]])
-    assert label_start(labels) == 2  # position 2 predicts row 0's first label (position 3)
-    assert label_start(torch.full((2, 4), -100)) == 0
-
-
-def test_forward_stats_skips_the_prompt_prefix_without_changing_values(trained_small, small_tok):
-    """Logits only from label_start on (logits_to_keep): same log-probs, NLL and KL as the full forward."""
+def test_forward_stats_runs_the_head_on_answer_rows_only_without_changing_values(trained_small, small_tok):
+    """The LM head sees [1, N, H] (N answer tokens, row-major); log-probs, NLL, KL, ME and UNDIAL equal the full forward's."""
     from obliviate.data.tokenize import collate, encode_qa
-    from obliviate.modeling.logprobs import forward_stats, label_start, masked_token_kl, takes_logits_to_keep
+    from obliviate.modeling.logprobs import forward_stats, masked_token_kl
     from obliviate.modeling.lora import apply_lora
+    from obliviate.objectives import FORGET
 
     enc = [encode_qa(small_tok, "Where was Lanas Kalo born, and in which year did it happen?", "In Anvar.", 64),
            encode_qa(small_tok, "Who is Mara Quellen?", "A writer born in Tessaly in 1962.", 64)]
     batch = collate(enc, small_tok.pad_token_id)
-    start = label_start(batch["labels"])
-    assert start > 3
-    fast = forward_stats(trained_small, batch)
+    seen = []
+    handle = trained_small.lm_head.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
+    try:
+        fast = forward_stats(trained_small, batch)
+    finally:
+        handle.remove()
     with torch.no_grad():
         full = token_stats(trained_small(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
                            batch["labels"])
-    T = batch["input_ids"].shape[1]
-    assert fast.logits.shape[1] == T - 1 - start and full.logits.shape[1] == T - 1
+    n = int(full.mask.sum())
+    assert n < full.mask.numel() // 2  # most positions are prompt or padding here
+    assert seen == [(1, n, trained_small.config.hidden_size)] and fast.packed and fast.logits.shape[0] == n
     torch.testing.assert_close(fast.logp, full.logp, atol=1e-5, rtol=0)
-    torch.testing.assert_close(fast.token_logp, full.token_logp[:, start:], atol=1e-5, rtol=0)
-    torch.testing.assert_close(masked_token_kl(fast, fast), torch.zeros(()), atol=1e-6, rtol=0)
+    torch.testing.assert_close(fast.token_logp, full.token_logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.answer_log_probs(), full.answer_log_probs(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.log_probs()[fast.mask], full.log_probs()[full.mask], atol=1e-5, rtol=0)
+    other = copy.deepcopy(trained_small)
+    with torch.no_grad():
+        other.lm_head.weight.mul_(1.5)
+        other_full = token_stats(other(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                                 batch["labels"])
+    other_fast = forward_stats(other, batch)
+    for red in ("token", "example"):  # packed and dense stats, alone or mixed, give the same KL
+        want = masked_token_kl(other_full, full, red)
+        torch.testing.assert_close(masked_token_kl(other_fast, fast, red), want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(masked_token_kl(other_full, fast, red), want, atol=1e-6, rtol=1e-5)
+        assert float(want) > 1e-3
+    torch.testing.assert_close(FORGET.get("me").fn(fast), FORGET.get("me").fn(full), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(FORGET.get("undial").fn(fast, other_fast), FORGET.get("undial").fn(full, other_full),
+                               atol=1e-6, rtol=1e-5)
     lora = apply_lora(copy.deepcopy(trained_small), r=2, alpha=4, dropout=0.0, target_modules=["q_proj"])
-    assert takes_logits_to_keep(lora)  # unwrapped through PEFT
-    assert forward_stats(lora, batch).logits.shape == fast.logits.shape
+    assert forward_stats(lora, batch).logits.shape == fast.logits.shape  # the hook reaches the head through PEFT
+
+
+def test_packed_rows_per_example_and_spread():
+    from obliviate.modeling.logprobs import packed_token_stats
+
+    labels = torch.tensor([[-100, 1, 2, -100], [-100, -100, 3, 0]])  # answer tokens: row 0 at 0,1; row 1 at 1,2
+    rows = torch.log_softmax(torch.randn(4, 5, dtype=torch.float64), -1)
+    s = packed_token_stats(rows, labels)
+    assert s.mask.tolist() == [[True, True, False], [False, True, True]]
+    torch.testing.assert_close(s.example_rows(1), rows[2:4])
+    assert s.token_logp[1, 1].item() == pytest.approx(rows[2, 3].item()) and s.token_logp[0, 2].item() == 0.0
+    assert s.spread(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist() == [[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]]
+    with pytest.raises(ValueError, match="3 logit rows for 4 answer tokens"):
+        packed_token_stats(rows[:3], labels)
 
 
 def test_kl_terms_with_zero_target_probability_count_zero():

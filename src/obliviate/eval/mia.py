@@ -219,12 +219,12 @@ def document_windows(ids: Sequence[int], window: int, stride: int) -> list[Encod
 def _rows(stats: TokenStats, moments: bool) -> list[tuple[np.ndarray, ...]]:
     """Per row of one batch: (logp, correct, mu, sigma) at counted positions (mu, sigma empty if not asked)."""
     mask = stats.mask.cpu()
-    logits = stats.logits
-    correct = (logits.argmax(-1) == stats.targets).cpu()  # type: ignore[union-attr]
+    targets = stats.targets[stats.mask]  # type: ignore[index]
+    correct = stats.spread(stats.answer_logits().argmax(-1) == targets).cpu()
     logp = stats.token_logp.double().cpu()
     mu = sigma = torch.zeros_like(logp)
     if moments:
-        mu, sigma = (t.double().cpu() for t in next_token_moments(stats.log_probs()))
+        mu, sigma = (stats.spread(t).double().cpu() for t in next_token_moments(stats.answer_log_probs()))
     return [tuple(t[b][mask[b]].numpy() for t in (logp, correct, mu, sigma)) for b in range(mask.shape[0])]
 
 

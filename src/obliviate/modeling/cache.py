@@ -33,12 +33,7 @@ import torch
 from torch import Tensor
 
 from obliviate.errors import ConfigError
-from obliviate.modeling.logprobs import (
-    TokenStats,
-    label_start,
-    shift_labels,
-    takes_logits_to_keep,
-)
+from obliviate.modeling.logprobs import TokenStats, shift_labels
 
 MODES = ("auto", "none", "exact", "topk")
 SCALAR_ONLY = frozenset({"npo", "dpo", "idk_dpo"})  # frozen stats read only through .logp / .mask
@@ -120,7 +115,7 @@ class RoleCache:
 
     def get(self, batch: Mapping[str, Any], idx: list[int], policy_model: torch.nn.Module,
             live: Callable[[], TokenStats]) -> TokenStats | TopK:
-        """Stats of this role on `batch` (rows = examples `idx`), in the policy's window."""
+        """Stats of this role on `batch` (rows = examples `idx`), packed (answer rows only)."""
         if self.kind == "off":
             return live()
         if any(i not in self.store for i in idx):
@@ -134,14 +129,14 @@ class RoleCache:
                     self.store[i] = self._entry(stats, b)
             if self.kind != "topk":
                 return stats
-        return self._build(batch["labels"], idx, policy_model)
+        return self._build(batch["labels"], idx)
 
     def _entry(self, stats: TokenStats, b: int) -> tuple[Tensor, ...]:
         m = stats.mask[b]
         logp = stats.token_logp[b][m].clone()
         if self.kind == "scalar":
             return (logp,)
-        lp = stats.log_probs()[b][m]
+        lp = stats.example_rows(b)
         if self.kind == "exact":
             return (logp, lp.to(torch.bfloat16) if self.budget.bf16 else lp.clone())
         k = min(self.budget.topk, lp.shape[-1])
@@ -151,28 +146,23 @@ class RoleCache:
             vals, tail = vals.to(torch.bfloat16), tail.to(torch.bfloat16)
         return (logp, vals, ids, tail)
 
-    def _build(self, labels: Tensor, idx: list[int], policy_model: torch.nn.Module) -> TokenStats | TopK:
-        start = label_start(labels) if takes_logits_to_keep(policy_model) else 0
-        targets, mask = shift_labels(labels[:, start:])
+    def _build(self, labels: Tensor, idx: list[int]) -> TokenStats | TopK:
+        targets, mask = shift_labels(labels)
         entries = [self.store[i] for i in idx]
         dtype = entries[0][0].dtype
         token_logp = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         token_logp[mask] = torch.cat([e[0] for e in entries]).to(mask.device)
         if self.kind == "scalar":
-            return TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets)
+            return TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets, packed=True)
         if self.kind == "exact":
-            rows = torch.cat([e[1] for e in entries]).to(mask.device, dtype)
-            lp = rows.new_full((*mask.shape, rows.shape[-1]), -math.log(rows.shape[-1]))  # uniform off the answer
-            lp[mask] = rows
-            return TokenStats(logits=lp, token_logp=token_logp, mask=mask, targets=targets, _log_probs=lp)
-        k = entries[0][1].shape[-1]
-        vals = torch.zeros((*mask.shape, k), dtype=dtype, device=mask.device)
-        ids = torch.zeros((*mask.shape, k), dtype=torch.long, device=mask.device)
-        tail = torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device)
-        vals[mask] = torch.cat([e[1] for e in entries]).to(mask.device, dtype)
-        ids[mask] = torch.cat([e[2] for e in entries]).to(mask.device)
-        tail[mask] = torch.cat([e[3] for e in entries]).to(mask.device, dtype)
-        return TopK(TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets), vals, ids, tail)
+            rows = torch.cat([e[1] for e in entries]).to(mask.device, dtype)  # [N, V]
+            return TokenStats(logits=rows, token_logp=token_logp, mask=mask, targets=targets, _log_probs=rows,
+                              packed=True)
+        vals = torch.cat([e[1] for e in entries]).to(mask.device, dtype)
+        ids = torch.cat([e[2] for e in entries]).to(mask.device)
+        tail = torch.cat([e[3] for e in entries]).to(mask.device, dtype)
+        stats = TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets, packed=True)
+        return TopK(stats, vals, ids, tail)
 
 
 @dataclass
@@ -180,13 +170,13 @@ class TopK:
     """Cached top-k teacher rows, completed against the student's distribution by `complete_topk`."""
 
     stats: TokenStats
-    vals: Tensor  # [B, W, k] log-probs of the k most likely tokens
-    ids: Tensor  # [B, W, k] their ids
-    tail: Tensor  # [B, W] log of the remaining mass (−inf when k = V)
+    vals: Tensor  # [N, k] log-probs of the k most likely tokens at each answer token
+    ids: Tensor  # [N, k] their ids
+    tail: Tensor  # [N] log of the remaining mass (−inf when k = V)
 
 
 def complete_topk(top: TopK, student_log_probs: Tensor) -> TokenStats:
-    """Full teacher rows p̃ [B, W, V]: top-k exact, tail mass P_tail spread ∝ the detached student q.
+    """Full teacher rows p̃ [N, V] (packed): top-k exact, tail mass spread ∝ the detached student q [N, V].
 
     KL(p̃ ‖ q) = Σ_top p log(p/q) + P_tail log(P_tail/Q_tail), the one-bucket tail KL, and its
     gradient w.r.t. the student's logits is q − p̃, that of the bucketed KL (module docstring)."""
@@ -196,4 +186,4 @@ def complete_topk(top: TopK, student_log_probs: Tensor) -> TokenStats:
     spread = torch.where(torch.isneginf(top.tail).unsqueeze(-1), torch.full_like(q, float("-inf")), q + shift)
     lp = spread.scatter(-1, top.ids, top.vals)
     s = top.stats
-    return TokenStats(logits=lp, token_logp=s.token_logp, mask=s.mask, targets=s.targets, _log_probs=lp)
+    return TokenStats(logits=lp, token_logp=s.token_logp, mask=s.mask, targets=s.targets, _log_probs=lp, packed=s.packed)

@@ -4,11 +4,14 @@ Convention: a batch holds `input_ids` [B, T], `attention_mask` [B, T] and `label
 -100 on prompt and padding positions. Position t of the logits predicts token t+1, so every
 statistic here is aligned to the shifted targets `labels[:, 1:]` and has length T-1.
 
-`forward_stats` skips the prefix of positions that predict no label in any row (the prompt part
-every row shares): the model computes logits (LM head, softmax, KL over the vocabulary) only from
-the first position that predicts a label (`logits_to_keep`), and the stats cover that window
-[B, T-1-start]. Every statistic is masked to answer tokens, so no value changes; with a long chat
-template prompt this removes most of the vocabulary-sized work.
+Logits only where labels are: `forward_stats` puts a pre-hook on the model's output embedding (the
+LM head) that hands it only the hidden states of the N positions that predict an answer token, so
+the LM head, the softmax and every vocabulary-sized KL/entropy run on [N, V] rows ("packed" stats,
+row-major over the mask) instead of [B, T-1, V]: prompt and padding positions cost nothing past
+the last decoder layer. Per-token statistics (`token_logp`, `mask`, `targets`) stay [B, T-1];
+`answer_log_probs()` gives the [N, V] rows of any TokenStats, packed or not, so objectives never
+depend on the layout. Models whose head ignores the hook (it did not fire) are handled by
+selecting the same rows from the full logits: the values are identical either way.
 
 Reductions over tokens (`answer_mean`): "token" pools every counted token of the batch (Σ values /
 number of counted tokens, as Hugging Face's causal-LM loss and the reference unlearning code do);
@@ -16,8 +19,7 @@ number of counted tokens, as Hugging Face's causal-LM loss and the reference unl
 """
 from __future__ import annotations
 
-import functools
-import inspect
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -58,8 +60,8 @@ def answer_mean(values: Tensor, mask: Tensor, reduction: str, total: float | Ten
 class TokenStats:
     """Statistics of one model on one batch, aligned to next-token targets.
 
-    logits: [B, T-1, V] (may be None when only token log-probs were kept); from `forward_stats` every
-    [.., T-1] here is the window from `label_start` on, [.., T-1-start];
+    logits: [B, T-1, V], or [N, V] answer rows when `packed` (N = mask.sum(), row-major over the mask);
+    None when only token log-probs were kept;
     token_logp: [B, T-1] log p(y_t | x, y_<t) (0 where mask is False);
     mask: [B, T-1] bool, True on answer tokens that count;
     targets: [B, T-1] long next-token ids (0 where mask is False), or None when not kept;
@@ -67,7 +69,8 @@ class TokenStats:
     it so that pooling spans every rank and accumulation micro-batch of the optimizer step;
     hidden: [B, T, H] output of decoder layer `hidden_layer` (RMU), from a forward hook on it;
     hidden_mask: [B, T] bool, positions whose hidden state counts (labels != -100, unshifted);
-    hidden_total: the N of "token" pooling over `hidden_mask`, like `token_total`.
+    hidden_total: the N of "token" pooling over `hidden_mask`, like `token_total`;
+    packed: the vocabulary tensors hold only the answer rows (module docstring).
     """
 
     logits: Tensor | None
@@ -80,6 +83,8 @@ class TokenStats:
     hidden_mask: Tensor | None = None
     hidden_total: float | None = None
     _log_probs: Tensor | None = field(default=None, repr=False)
+    packed: bool = False
+    _dense: Tensor | None = field(default=None, repr=False)
 
     @property
     def n_tokens(self) -> Tensor:
@@ -100,13 +105,52 @@ class TokenStats:
         """`answer_mean` of [B, T-1] `values` over this batch's answer tokens -> scalar."""
         return answer_mean(values, self.mask, reduction, self.token_total)
 
-    def log_probs(self) -> Tensor:
-        """[B, T-1, V] log-softmax over the vocabulary (computed once, in float32 or wider)."""
+    def _vocab_rows(self) -> Tensor:
+        """log-softmax of `logits` in their own layout, computed once (float32 or wider)."""
         if self.logits is None:
             raise ValueError("these TokenStats were built without logits (keep_logits=False)")
         if self._log_probs is None:
             self._log_probs = F.log_softmax(_wide(self.logits), dim=-1)
         return self._log_probs
+
+    def answer_log_probs(self) -> Tensor:
+        """[N, V] log-softmax rows at the answer tokens (row-major over `mask`), packed or not."""
+        rows = self._vocab_rows()
+        return rows if self.packed else rows[self.mask]
+
+    def answer_logits(self) -> Tensor:
+        """[N, V] logits at the answer tokens (row-major over `mask`)."""
+        if self.logits is None:
+            raise ValueError("these TokenStats were built without logits (keep_logits=False)")
+        return self.logits if self.packed else self.logits[self.mask]
+
+    def spread(self, values: Tensor) -> Tensor:
+        """[N, ...] values at the answer tokens -> [B, T-1, ...] with 0 elsewhere (differentiable)."""
+        out = values.new_zeros((*self.mask.shape, *values.shape[1:]))
+        out[self.mask] = values
+        return out
+
+    def example_rows(self, b: int) -> Tensor:
+        """[n_b, V] log-softmax rows of example b's answer tokens."""
+        if not self.packed:
+            return self._vocab_rows()[b][self.mask[b]]
+        counts = self.mask.sum(-1).tolist()
+        start = sum(counts[:b])
+        return self._vocab_rows()[start: start + counts[b]]
+
+    def log_probs(self) -> Tensor:
+        """[B, T-1, V] log-softmax over the vocabulary (computed once, in float32 or wider).
+
+        Packed stats are spread into that shape on demand, with a uniform row (−log V) at positions
+        that carry no label; objectives should prefer `answer_log_probs()` ([N, V], no copy)."""
+        rows = self._vocab_rows()
+        if not self.packed:
+            return rows
+        if self._dense is None:
+            dense = rows.new_full((*self.mask.shape, rows.shape[-1]), -math.log(rows.shape[-1]))
+            dense[self.mask] = rows
+            self._dense = dense
+        return self._dense
 
 
 def _wide(x: Tensor) -> Tensor:
@@ -135,24 +179,6 @@ def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> 
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
     """The keys a causal LM forward takes from a collated batch (labels are not passed: no HF loss)."""
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-
-
-def label_start(labels: Tensor) -> int:
-    """First position whose logits predict a label in some row ([B, T] labels -> int; 0 when none do)."""
-    predicts = (labels[:, 1:] != IGNORE_INDEX).any(0).nonzero()
-    return int(predicts[0]) if len(predicts) else 0
-
-
-@functools.lru_cache(maxsize=None)
-def _class_takes_logits_to_keep(cls: type) -> bool:
-    return "logits_to_keep" in inspect.signature(cls.forward).parameters
-
-
-def takes_logits_to_keep(model: torch.nn.Module) -> bool:
-    """The (unwrapped: DDP `.module`, PEFT base model) causal LM's forward accepts `logits_to_keep`."""
-    inner = getattr(model, "module", model)
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
-    return _class_takes_logits_to_keep(type(inner))
 
 
 def every_token_labels(batch: Mapping[str, Any]) -> Tensor:
@@ -187,24 +213,74 @@ def layer_output(model: torch.nn.Module, layer: int) -> Iterator[list[Tensor]]:
         handle.remove()
 
 
+def packed_token_stats(rows: Tensor, labels: Tensor, *, keep_logits: bool = True) -> TokenStats:
+    """Token log-probs from logits at the answer positions only: rows [N, V] (row-major over the shifted
+    mask of `labels` [B, T]) -> packed TokenStats (token_logp [B, T-1], vocabulary tensors [N, V])."""
+    targets, mask = shift_labels(labels)
+    if rows.shape[0] != int(mask.sum()):
+        raise ValueError(f"{rows.shape[0]} logit rows for {int(mask.sum())} answer tokens")
+    log_probs = F.log_softmax(_wide(rows), dim=-1)
+    picked = torch.gather(log_probs, -1, targets[mask].unsqueeze(-1)).squeeze(-1)
+    token_logp = picked.new_zeros(mask.shape).masked_scatter(mask, picked)
+    return TokenStats(logits=rows if keep_logits else None, token_logp=token_logp, mask=mask, targets=targets,
+                      _log_probs=log_probs if keep_logits else None, packed=True)
+
+
+def output_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The LM head (output embedding) of a causal LM, DDP/PEFT unwrapped; None when the model exposes none."""
+    inner = getattr(model, "module", model)
+    get = getattr(inner, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    return head if isinstance(head, torch.nn.Module) else None
+
+
+@contextmanager
+def answer_rows_only(model: torch.nn.Module, mask: Tensor) -> Iterator[list[bool]]:
+    """While active, the LM head receives only the hidden states [1, N, H] of the positions that predict a
+    label (`mask` [B, T-1], shifted): a forward pre-hook on it. Yields a list that holds True once it fired."""
+    head, fired = output_head(model), []
+    if head is None:
+        yield fired
+        return
+    B, T = mask.shape[0], mask.shape[1] + 1
+
+    def pre(_module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple | None:
+        h = args[0] if args else None
+        if fired or not isinstance(h, Tensor) or h.dim() != 3 or tuple(h.shape[:2]) != (B, T):
+            return None  # not the call on the full sequence (or a second call): leave it alone
+        fired.append(True)
+        return (h[:, :-1][mask].unsqueeze(0), *args[1:]), kwargs
+
+    handle = head.register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        yield fired
+    finally:
+        handle.remove()
+
+
 def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True,
                   hidden_layer: int | None = None) -> TokenStats:
-    """Run `model` on a collated batch and return its TokenStats on the batch's labels.
+    """Run `model` on a collated batch and return its packed TokenStats on the batch's labels.
 
-    Logits are computed from `label_start` on (module docstring); the stats cover that window. With
-    `hidden_layer`, the output of that decoder layer is captured by a hook (stats.hidden [B, T, H]),
-    with the label positions as its mask."""
+    The LM head runs on the answer positions only (module docstring). With `hidden_layer`, the output
+    of that decoder layer is captured by a hook (stats.hidden [B, T, H]), with the label positions as
+    its mask."""
     labels = batch["labels"]
-    start = label_start(labels) if takes_logits_to_keep(model) else 0
-    extra = {"logits_to_keep": labels.shape[1] - start} if start else {}
-    if hidden_layer is None:
-        out = model(**model_inputs(batch), use_cache=False, **extra)
-        return token_stats(out.logits, labels[:, start:], keep_logits=keep_logits)
-    with layer_output(model, hidden_layer) as seen:
-        out = model(**model_inputs(batch), use_cache=False, **extra)
-    stats = token_stats(out.logits, labels[:, start:], keep_logits=keep_logits)
-    stats.hidden, stats.hidden_layer, stats.hidden_mask = seen[-1], hidden_layer, labels != IGNORE_INDEX
+    _, mask = shift_labels(labels)
+    with answer_rows_only(model, mask) as fired, \
+            (layer_output(model, hidden_layer) if hidden_layer is not None else _no_capture()) as seen:
+        out = model(**model_inputs(batch), use_cache=False)
+    logits = out.logits
+    rows = logits.reshape(-1, logits.shape[-1]) if fired else logits[:, :-1][mask]
+    stats = packed_token_stats(rows, labels, keep_logits=keep_logits)
+    if hidden_layer is not None:
+        stats.hidden, stats.hidden_layer, stats.hidden_mask = seen[-1], hidden_layer, labels != IGNORE_INDEX
     return stats
+
+
+@contextmanager
+def _no_capture() -> Iterator[list[Tensor]]:
+    yield []
 
 
 def kl_per_token(p_log_probs: Tensor, q_log_probs: Tensor, skip: Tensor | None = None) -> Tensor:
@@ -226,14 +302,16 @@ def sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 
 def token_kl(p: TokenStats, q: TokenStats) -> Tensor:
-    """[B, T-1] KL(p ‖ q) at each position, 0 where `q.mask` (the student's) is False.
+    """[B, T-1] KL(p ‖ q) at each answer token, 0 elsewhere (`q`, the student, gives the layout).
 
-    Masked positions' terms are dropped inside the KL, so a non-finite teacher row there (e.g. NaN
-    logits of a fully masked padding query) reaches neither the value nor the student's gradient.
+    Computed on the [N, V] answer rows of both (packed or not: the same rows in the same order), so a
+    non-finite teacher value at a prompt or padding position reaches neither the value nor the
+    student's gradient.
     """
-    if p.mask.shape != q.mask.shape:
-        raise ValueError(f"teacher and student batches differ in shape: {tuple(p.mask.shape)} vs {tuple(q.mask.shape)}")
-    return kl_per_token(p.log_probs(), q.log_probs(), ~q.mask.unsqueeze(-1)).masked_fill(~q.mask, 0.0)
+    if p.mask.shape[0] != q.mask.shape[0] or int(p.mask.sum()) != int(q.mask.sum()):
+        raise ValueError(f"teacher and student batches differ in shape: {tuple(p.mask.shape)} vs {tuple(q.mask.shape)} "
+                         f"({int(p.mask.sum())} vs {int(q.mask.sum())} answer tokens)")
+    return q.spread(kl_per_token(p.answer_log_probs(), q.answer_log_probs()))
 
 
 def masked_token_kl(p: TokenStats, q: TokenStats, reduction: str = "example") -> Tensor:

@@ -126,14 +126,14 @@ def me(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     makes the loop count every real token, prompt included (the authors' ME+GD runs with mask=false).
     Hand check: V = 4, p = (1/2, 1/4, 1/8, 1/8): (1/4)·(ln ½ + 0 + ln 2 + ln 2) = ln(2)/4 ≈ 0.1733.
     """
-    log_p = policy.log_probs()
+    log_p = policy.answer_log_probs()  # [N, V]
     log_p = torch.logaddexp(log_p, log_p.new_tensor(math.log(ME_EPS)))
     kl = -log_p.mean(-1) - math.log(log_p.shape[-1])
-    return policy.mean(kl, reduction)
+    return policy.mean(policy.spread(kl), reduction)
 
 
 def undial_targets(reference_log_probs: Tensor, targets: Tensor, beta: float) -> Tensor:
-    """Detached UNDIAL target softmax(log p_ref − β·onehot(y_t)): [B, T-1, V], [B, T-1] ids -> [B, T-1, V].
+    """Detached UNDIAL target softmax(log p_ref − β·onehot(y_t)): [..., V] log-probs, [...] ids -> [..., V].
 
     Log-probs differ from logits by a per-position constant, which softmax ignores.
     """
@@ -155,11 +155,10 @@ def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0, red
     ids = policy.targets if policy.targets is not None else reference.targets
     if ids is None:
         raise ValueError("undial needs target token ids: build TokenStats with token_stats() or pass targets=")
-    keep = policy.mask.unsqueeze(-1)
-    ids = ids.masked_fill(~policy.mask, 0)  # e.g. -100 on prompt/padding would index entry V-100
-    q = undial_targets(reference.log_probs().masked_fill(~keep, 0.0), ids, beta).masked_fill(~keep, 0.0)
-    ce = -torch.where(q > 0, q * policy.log_probs(), 0.0).sum(-1)
-    return policy.mean(ce, reduction)
+    ids = ids[policy.mask]  # [N]: answer tokens only (prompt/padding never index the vocabulary)
+    q = undial_targets(reference.answer_log_probs(), ids, beta)  # [N, V]
+    ce = -torch.where(q > 0, q * policy.answer_log_probs(), 0.0).sum(-1)
+    return policy.mean(policy.spread(ce), reduction)
 
 
 def weighted_nll_ascent(policy: TokenStats, weight: Tensor, reduction: str) -> Tensor:

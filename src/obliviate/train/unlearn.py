@@ -182,7 +182,7 @@ class Side:
         policy.token_total = total
         if layer is not None:
             policy.hidden_total = _pool_total(self.enc, step, "labels", scale, world)
-        extra = {k: complete_topk(v, policy.log_probs()) if isinstance(v, TopK) else v for k, v in extra.items()}
+        extra = {k: complete_topk(v, policy.answer_log_probs()) if isinstance(v, TopK) else v for k, v in extra.items()}
         return self.spec.fn(policy, **extra, **self.kwargs) * scale
 
 
