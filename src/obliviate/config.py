@@ -172,8 +172,18 @@ class TrainConfig:
     fsdp: bool = _f(False, "shard the student and its frozen θ0 copy with torch FSDP2 (per decoder layer, then the "
                            "root) over the launched processes (torchrun), for models that do not fit one device; "
                            "AdamW state is sharded too, the trained model is gathered in full at the end")
+    group_by_length: bool = _f(True, "within each optimizer step, sort its examples by length before cutting them into "
+                                     "accumulation micro-batches (less padding; the step's examples and gradient are "
+                                     "unchanged)")
+    precision: str = _f("fp32", "fp32 | bf16: bf16 autocast of the forward passes; weights, gradients, AdamW state, "
+                                "log-softmax, KL and reductions stay float32 (train/switches.py)")
+    gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward (less "
+                                             "memory, ~1/3 more compute, same math)")
+    compile: bool = _f(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
+    compile_backend: str = _f("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
 
     def __post_init__(self) -> None:
+        _require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
         _require(not (self.fsdp and self.checkpoint_dir), "train.checkpoint_dir", self.checkpoint_dir,
                  "null with train.fsdp=true (checkpoints of sharded training are not supported yet)")
         _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")

@@ -128,7 +128,11 @@ def active(acc: Any, cfg: TrainConfig) -> bool:
 def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cfg: TrainConfig,
             steps: int) -> tuple[torch.nn.Module, Any, Any]:
     """accelerate's data-parallel prepare, or with cfg.fsdp the student sharded and a fresh AdamW + schedule
-    built over its shards (the optimizer given was built over the full parameters that sharding replaced)."""
+    built over its shards (the optimizer given was built over the full parameters that sharding replaced).
+    Gradient checkpointing and per-layer compilation (train/switches.py) are applied first."""
+    from obliviate.train.switches import apply_switches
+
+    apply_switches(model, cfg)
     if not active(acc, cfg):
         model, optimizer = acc.prepare(model, optimizer)
         return model, optimizer, scheduler

@@ -211,6 +211,7 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
         for _ in range(done * cfg.grad_accum):  # the plan is seeded: skip what the saved steps used
             next(micro_batches)
     guard.start(result.history, params)
+    plan = _autocast_plan(plan, cfg, accelerator)
     model.train()
     with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="", completed=done)
@@ -239,6 +240,23 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
         unshard(model)
     model.eval()
     return result
+
+
+def _autocast_plan(plan: LossPlan, cfg: TrainConfig, accelerator: Any) -> LossPlan:
+    """The plan with its forward passes and losses under train.precision's autocast (backward outside it)."""
+    import dataclasses
+
+    from obliviate.train.switches import autocast
+
+    if getattr(cfg, "precision", "fp32") == "fp32":
+        return plan
+    inner = plan.compute
+
+    def compute(micro: Any, part: str) -> tuple[float, Tensor]:
+        with autocast(cfg.precision, accelerator.device):
+            return inner(micro, part)
+
+    return dataclasses.replace(plan, compute=compute)
 
 
 def _fused_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan, cfg: TrainConfig,

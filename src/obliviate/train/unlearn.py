@@ -194,14 +194,40 @@ def _sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int
+def by_length(group: list[list[int]], length: Sequence[int]) -> list[list[int]]:
+    """One optimizer step's micro-batches re-cut after sorting its examples by length (stable), same sizes.
+
+    The step's examples, and so its gradient (example means and token pooling span the whole step), are
+    unchanged; each accumulation micro-batch then pads to a length close to its rows' own."""
+    order = sorted((i for m in group for i in m), key=lambda i: length[i])
+    out, at = [], 0
+    for m in group:
+        out.append(order[at: at + len(m)])
+        at += len(m)
+    return out
+
+
+def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int,
+               lengths: tuple[Sequence[int], Sequence[int]] | None = None
                ) -> Iterator[tuple[list[int], list[int], tuple[StepShare, StepShare]]]:
-    """Each (forget, retain) micro-batch with both sides' indices over its whole optimizer step."""
+    """Each (forget, retain) micro-batch with both sides' indices over its whole optimizer step; with `lengths`
+    (per side, per example) and accumulation, each side's micro-batches are grouped by length (`by_length`)."""
     while True:
         group = [next(plan) for _ in range(grad_accum)]
-        f, r = [i for m in group for i in m[0]], [i for m in group for i in m[1]]
-        for m in group:
-            yield m[0], m[1], ((f, grad_accum), (r, grad_accum))
+        fs, rs = [m[0] for m in group], [m[1] for m in group]
+        if lengths is not None and grad_accum > 1:
+            fs = by_length(fs, lengths[0])
+            rs = by_length(rs, lengths[1]) if any(rs) else rs
+        f, r = [i for m in fs for i in m], [i for m in rs for i in m]
+        for mf, mr in zip(fs, rs):
+            yield mf, mr, ((f, grad_accum), (r, grad_accum))
+
+
+def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | None) -> Iterator[list[int]]:
+    """Single-side batches (fine-tuning) grouped by length within each optimizer step, as `with_steps`."""
+    while True:
+        group = [next(plan) for _ in range(grad_accum)]
+        yield from (by_length(group, length) if length is not None and grad_accum > 1 else group)
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
@@ -324,8 +350,9 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
                  method={**rm.settings(), "cache": _cache_trajectory(method)})  # model: θ0, before prepare
     model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
+    lengths = ([len(e.input_ids) for e in fside.enc], [len(e.input_ids) for e in rside.enc] if rside else [])
     plan = with_steps(paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed),
-                      train.grad_accum)
+                      train.grad_accum, lengths if train.group_by_length else None)
 
     def compute(micro: tuple[list[int], list[int], tuple[StepShare, StepShare]], part: str) -> tuple[float, torch.Tensor]:
         side, idx, step = (fside, micro[0], micro[2][0]) if part == "forget" else (rside, micro[1], micro[2][1])
@@ -364,5 +391,6 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
         return 1.0, forward_stats(model, b, keep_logits=False).nll.mean() * s
 
     plan = LossPlan(parts=("nll",), compute=compute)
-    return run_loop(model, batches(len(enc), global_batch, seed=train.seed), plan, train, steps, acc, opt, sched,
-                    desc=desc, fingerprint=fp)
+    lengths = [len(e.input_ids) for e in enc] if train.group_by_length else None
+    return run_loop(model, grouped(batches(len(enc), global_batch, seed=train.seed), train.grad_accum, lengths), plan,
+                    train, steps, acc, opt, sched, desc=desc, fingerprint=fp)

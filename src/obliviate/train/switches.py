@@ -1,0 +1,66 @@
+"""Precision and memory switches for real GPUs: bf16 autocast, gradient checkpointing, torch.compile.
+
+What each one changes (train.* keys):
+- precision "bf16": the forward passes (student, frozen teacher/reference) run under torch.autocast, so
+  matmuls and attention run in bfloat16. Stays float32: the weights, gradients and AdamW state (master
+  weights), the log-softmax over the vocabulary (`logprobs._wide` upcasts half logits), every KL, entropy
+  and loss reduction, the gradient rules (SAGO/PCGrad arithmetic on float32 .grad) and the backward's
+  accumulation into .grad. "fp32" (default) runs everything in the model's own dtype. This is autocast,
+  not bf16 weights: `model.dtype=bfloat16` loads the weights themselves in bf16 (pure bf16 training).
+- gradient_checkpointing: transformers' non-reentrant activation checkpointing of every decoder layer
+  (activations recomputed in the backward: ~1/3 more compute, activation memory of one layer). Same math.
+- compile: each decoder layer compiled in place with torch.compile (per-block, as large-model trainers do;
+  the LM head stays eager because it runs on a data-dependent number of answer rows). Same math up to
+  float reassociation; the first steps pay the compile time. `compile_backend` picks the backend
+  (inductor by default; aot_eager compiles without generating code, which the tests use).
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+from obliviate.errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def autocast(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+    """The context the forward passes run in: bf16 autocast on `device`, or nothing for fp32."""
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    raise ConfigError(f"train.precision must be one of {list(PRECISIONS)}, got {precision!r}")
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activation checkpointing of every decoder layer (transformers, non-reentrant), PEFT unwrapped."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(inner, "supports_gradient_checkpointing", False):
+        raise ConfigError(f"train.gradient_checkpointing=true, but {type(inner).__name__} does not support gradient "
+                          "checkpointing in transformers; set train.gradient_checkpointing=false")
+    kwargs = {"use_reentrant": False}
+    if hasattr(inner, "activation_checkpointing_enable"):  # transformers >= 5's name
+        inner.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def compile_layers(model: torch.nn.Module, backend: str) -> int:
+    """torch.compile each decoder layer in place (nn.Module.compile); returns how many were compiled."""
+    from obliviate.modeling.logprobs import decoder_layers
+
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(backend=backend)
+    return len(layers)
+
+
+def apply_switches(model: torch.nn.Module, cfg: Any) -> None:
+    """Gradient checkpointing and compilation of the student as the train config asks (before it is wrapped)."""
+    if cfg.gradient_checkpointing:
+        enable_checkpointing(model)
+    if cfg.compile:
+        compile_layers(model, cfg.compile_backend)
