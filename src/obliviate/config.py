@@ -184,8 +184,6 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
-        _require(not (self.fsdp and self.checkpoint_dir), "train.checkpoint_dir", self.checkpoint_dir,
-                 "null with train.fsdp=true (checkpoints of sharded training are not supported yet)")
         _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
         _require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
                  self.checkpoint_every, "0 unless train.checkpoint_dir is set")

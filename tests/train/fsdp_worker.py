@@ -67,5 +67,42 @@ def run(out: Path, per_device_batch: int) -> None:
     acc.wait_for_everyone()
 
 
+def run_resume(out: Path, per_device_batch: int, ckdir: str, stop_after: int) -> None:
+    """ASU_KL + pcgrad with the θ0 cache (teacher and reference) and a checkpoint every step; stop after `stop_after` steps (0: run all 4)
+    as Ctrl-C would, or finish and write the parameters (rank 0)."""
+    from accelerate import Accelerator
+
+    from helpers import interrupt_after
+
+    torch.set_num_threads(1)
+    world = make_world(10, seed=1, forget_percents=(10,))
+    tok = train_tokenizer(corpus_texts(world), vocab_size=400)
+    acc = Accelerator(cpu=True)
+    model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()
+    method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="kl", cache="exact",
+                          combine=CombineConfig(rule="pcgrad"))
+    cfg = TrainConfig(max_steps=4, batch_size=per_device_batch, lr=1e-3, progress=False, scheduler="linear",
+                      weight_decay=0.01, fsdp=True, checkpoint_dir=ckdir, checkpoint_every=1)
+
+    def go():
+        return unlearn(model, tok, world.splits["forget10"][:6], world.splits["retain90"][:12], method, cfg,
+                       max_length=48, accelerator=acc)
+
+    if stop_after:
+        try:
+            interrupt_after(stop_after, go)
+        except KeyboardInterrupt:
+            return
+        raise AssertionError("the run was not interrupted")
+    res = go()
+    if acc.is_main_process:
+        out.write_text(json.dumps({"num_processes": acc.num_processes, "steps": [h["step"] for h in res.history],
+                                   "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]}))
+    acc.wait_for_everyone()
+
+
 if __name__ == "__main__":
-    run(Path(sys.argv[1]), int(sys.argv[2]))
+    if sys.argv[2] == "resume":
+        run_resume(Path(sys.argv[1]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    else:
+        run(Path(sys.argv[1]), int(sys.argv[2]))

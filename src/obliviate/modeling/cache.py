@@ -114,11 +114,12 @@ class RoleCache:
             self.n_tokens * per
 
     def get(self, batch: Mapping[str, Any], idx: list[int], policy_model: torch.nn.Module,
-            live: Callable[[], TokenStats]) -> TokenStats | TopK:
-        """Stats of this role on `batch` (rows = examples `idx`), packed (answer rows only)."""
+            live: Callable[[], TokenStats], force_live: bool = False) -> TokenStats | TopK:
+        """Stats of this role on `batch` (rows = examples `idx`), packed (answer rows only); `force_live` runs
+        the live forward even when every example is cached (FSDP: another rank missed one)."""
         if self.kind == "off":
             return live()
-        if any(i not in self.store for i in idx):
+        if force_live or any(i not in self.store for i in idx):
             stats = live()
             self.budget.ensure(stats.token_logp.shape[-1] if stats.logits is None else stats.logits.shape[-1],
                                stats.token_logp.dtype)

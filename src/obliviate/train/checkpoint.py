@@ -10,6 +10,12 @@ temporary file; one left by SIGKILL is removed by the next run that uses the dir
 The checkpoint records the run's fingerprint (train/fingerprint.py): train.resume=auto resumes only a
 checkpoint of the same run and otherwise raises CheckpointMismatchError listing what differs; never starts
 fresh (the old checkpoint stays until the first new one replaces it); require also fails when there is none.
+
+Weights and AdamW state are stored as FULL state dicts keyed by parameter name (torch.distributed.checkpoint's
+`get_state_dict(full_state_dict=True)`), also under FSDP: every rank takes part in gathering the shards, rank 0
+writes the one file; on resume every rank reads it (a directory all ranks see) and keeps its own shards. The same file
+therefore resumes with or without FSDP and with another process count (tests). Checkpoints written before this
+format (AdamW state keyed by index) still resume without FSDP.
 """
 from __future__ import annotations
 
@@ -25,6 +31,36 @@ from obliviate.train.fingerprint import differences
 
 FILE = "checkpoint.pt"
 TMP_GLOB = FILE + ".tmp*"
+FORMAT = 2  # full state dicts keyed by parameter name (1: model.state_dict() + optimizer.state_dict())
+
+
+def _torch_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer inside accelerate's AcceleratedOptimizer (or the optimizer itself)."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+def _full_state(model: Any, optimizer: Any, accelerator: Any) -> tuple[dict, dict]:
+    """Full model and optimizer state dicts by parameter name; collective under FSDP (rank 0 gets them, on CPU)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    from obliviate.train.fsdp import is_sharded
+
+    inner = model if is_sharded(model) else accelerator.unwrap_model(model)
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_state_dict(inner, _torch_optimizer(optimizer), options=opts)
+
+
+def _set_full_state(model: Any, optimizer: Any, accelerator: Any, state: dict) -> None:
+    """Load full state dicts that every rank read from the file (under FSDP each rank keeps its own shards)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    from obliviate.train.fsdp import is_sharded
+
+    sharded = is_sharded(model)
+    inner = model if sharded else accelerator.unwrap_model(model)
+    # a plain model's own state dict is the full one (full_state_dict=True would also need optimizer state tensors)
+    set_state_dict(inner, _torch_optimizer(optimizer), model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=sharded))
 
 
 @dataclass
@@ -42,15 +78,16 @@ class Checkpointer:
 
     def save(self, step: int, model: Any, optimizer: Any, scheduler: Any, rule_state: Any,
              history: list[dict[str, float]], accelerator: Any) -> None:
-        """Write the state after `step` optimizer steps (main process only), atomically."""
+        """Write the state after `step` optimizer steps (gathered by every rank, written by rank 0), atomically."""
         accelerator.wait_for_everyone()
         self.step = step
+        model_sd, optim_sd = _full_state(model, optimizer, accelerator)
         if not accelerator.is_main_process:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_stale()
-        state = {"step": step, "model": accelerator.unwrap_model(model).state_dict(),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        state = {"format": FORMAT, "step": step, "model": model_sd,
+                 "optimizer": optim_sd, "scheduler": scheduler.state_dict(),
                  "rule_state": rule_state.state_dict() if rule_state is not None else None, "history": history,
                  "fingerprint": self.fingerprint}
         tmp = self.directory / f"{FILE}.tmp-{os.getpid()}"
@@ -83,12 +120,20 @@ class Checkpointer:
             raise ObliviateError(f"cannot read checkpoint {path}: {exc}; delete it, or set train.resume=never "
                                  "to start over") from None
         self._check_fingerprint(path, state.get("fingerprint"))
+        from obliviate.train.fsdp import is_sharded
+
         try:
-            accelerator.unwrap_model(model).load_state_dict(state["model"])
-        except RuntimeError as exc:
+            if state.get("format") == FORMAT:
+                _set_full_state(model, optimizer, accelerator, state)
+            elif is_sharded(model):
+                raise ObliviateError(f"checkpoint {path} was written by an older obliviate, which FSDP cannot resume; "
+                                     "resume it without train.fsdp, or set train.resume=never")
+            else:
+                accelerator.unwrap_model(model).load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
             raise ObliviateError(f"checkpoint {path} does not fit this model ({str(exc)[:200]}); "
                                  "resume with the same model.path and method, or set train.resume=never") from None
-        optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if rule_state is not None and state["rule_state"] is not None:
             rule_state.load_state_dict(state["rule_state"])

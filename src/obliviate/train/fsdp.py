@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from obliviate.config import TrainConfig
-from obliviate.errors import ConfigError
 
 _HOME = "_obliviate_fsdp_home"  # attribute on a sharded root: the device its parameters came from
 
@@ -50,6 +49,15 @@ def all_reduce_sums(sums: Tensor, device: torch.device | str = "cpu") -> Tensor:
     out = sums.to(device, torch.float64, copy=True)
     dist.all_reduce(out)
     return out.cpu()
+
+
+def collective_device() -> torch.device:
+    """The device collectives of the default process group take tensors on (CUDA for NCCL, else the CPU)."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def reducer(device: torch.device) -> Callable[[Tensor], Tensor]:
@@ -147,14 +155,10 @@ def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cf
 def place_frozen(frozen: Any, acc: Any, cfg: TrainConfig, method: Any = None) -> None:
     """The frozen θ0 copy on the device, sharded like the student under cfg.fsdp (a LoRA student's θ0 is itself).
 
-    A sharded θ0 forward is a collective (every rank gathers each layer), so ranks must run it in lockstep:
-    a θ0 cache (method.cache) that hits on one rank and misses on another would hang them; it is refused."""
+    A sharded θ0 forward is a collective (every rank gathers each layer), so ranks must run it in lockstep: with
+    a θ0 cache the ranks agree before each frozen forward whether any of them misses (train/unlearn.py)."""
     if not active(acc, cfg):
         frozen.model.to(acc.device)
         return
-    cache = getattr(method, "cache", "none")
-    if cache != "none":
-        raise ConfigError(f"train.fsdp=true shards θ0 (teacher/reference), whose forwards every rank must run "
-                          f"together, but method.cache={cache} skips them per rank; set method.cache=none")
     if not frozen.shared:
         shard(frozen.model, acc.device)

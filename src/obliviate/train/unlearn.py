@@ -142,9 +142,15 @@ class Side:
     caches: dict[str, RoleCache] = field(default_factory=dict)  # θ0 stats per example (modeling/cache.py)
 
     def _frozen(self, role: str, batch: dict, mine: list[int], model: torch.nn.Module, live: Any) -> Any:
-        """θ0 stats of `role` on `batch` (rows: examples `mine`): from the cache when it has one, else live."""
+        """θ0 stats of `role` on `batch` (rows: examples `mine`): from the cache when it has one, else live.
+
+        Under FSDP a θ0 forward is collective, so the ranks agree first (one all-reduce of a flag): if any
+        rank misses an example, every rank runs the live forward (and caches what it lacked)."""
         cache = self.caches.get(role)
-        return live() if cache is None or _sharded(model) else cache.get(batch, mine, model, live)
+        if cache is None:
+            return live()
+        force = _sharded(model) and _any_rank(any(i not in cache.store for i in mine))
+        return cache.get(batch, mine, model, live, force_live=force)
 
     def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int,
              step: StepShare | None = None) -> torch.Tensor:
@@ -186,12 +192,30 @@ class Side:
         return self.spec.fn(policy, **extra, **self.kwargs) * scale
 
 
+def _now(fp: Any, train: TrainConfig) -> Any:
+    """The fingerprint taken now (the model is still θ0 and whole) when checkpoints will record it, else None."""
+    if not train.checkpoint_dir:
+        return None
+    value = fp()
+    return lambda: value
+
+
 def _sharded(model: torch.nn.Module) -> bool:
-    """FSDP-sharded training: a frozen forward is collective, so a rank whose batch is cached cannot skip it
-    while another rank's is not; the θ0 cache is then not used (every step runs θ0 live)."""
+    """FSDP-sharded training: a frozen forward is collective (every rank must run it together)."""
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether `flag` holds on some rank (one all-reduce of a float on the process group's device)."""
+    import torch.distributed as dist
+
+    from obliviate.train.fsdp import collective_device
+
+    t = torch.tensor([1.0 if flag else 0.0], device=collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 def by_length(group: list[list[int]], length: Sequence[int]) -> list[list[int]]:
@@ -347,7 +371,8 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
             "retain_refusals": (rside.refusal_enc if rside else None) or []}
     fp = partial(fingerprint, "unlearn", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data=data,
-                 method={**rm.settings(), "cache": _cache_trajectory(method)})  # model: θ0, before prepare
+                 method={**rm.settings(), "cache": _cache_trajectory(method)})
+    fp = _now(fp, train)  # θ0's weights, read before prepare shards them
     model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
     lengths = ([len(e.input_ids) for e in fside.enc], [len(e.input_ids) for e in rside.enc] if rside else [])
@@ -383,6 +408,7 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     opt, sched = make_optimizer(model, train, steps)
     fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data={"rows": enc})
+    fp = _now(fp, train)
     model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
 
