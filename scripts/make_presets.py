@@ -1,4 +1,4 @@
-"""Write the method presets in configs/{tofu,synthetic,muse,wmdp}/ (complete YAMLs, no includes).
+"""Write the method presets in configs/{tofu,synthetic,muse,wmdp,gpu}/ (complete YAMLs, no includes).
 
 Run from the repository root after changing a preset here: python scripts/make_presets.py
 Every preset's header names the reference (repository + file) its values come from. Hyper-parameters of a
@@ -260,6 +260,60 @@ def wmdp_names() -> list[tuple[str, str, str]]:
     return [(m, r, c) for m in ("rmu", "npo", "simnpo") for r in ("sum", "pcgrad", "sago") for c in ("bio", "cyber")]
 
 
+# ----------------------------------------------------------------------------- TOFU on a GPU, as published
+
+# locuslab/open-unlearning docs/results.md (commit 8f9872c), "TOFU unlearning on the Llama-3.2-1B-Instruct
+# architecture": (forget_quality, model_utility, forget_truth_ratio) per forget split; lr 1e-5, 10 epochs,
+# paged AdamW 32-bit, 2 x L40s with DeepSpeed ZeRO-3.
+PUBLISHED_1B = {
+    "finetuned": {"01": ("0.01", "0.60", "0.47"), "05": ("2.96e-13", "0.6", "0.47"), "10": ("8.08e-22", "0.6", "0.48")},
+    "retain": {"01": ("1.0", "0.60", "0.65"), "05": ("1.0", "0.6", "0.63"), "10": ("1.0", "0.59", "0.63")},
+    "grad_ascent": {"01": ("0.27", "0.33", "0.59"), "05": ("1.94e-119", "0", "2.52e-23"),
+                    "10": ("1.06e-239", "0", "2.25e-18")},
+    "graddiff": {"01": ("0.77", "0.43", "0.57"), "05": ("1.94e-119", "0.53", "3.87e-34"),
+                 "10": ("1.06e-239", "0.49", "3.53e-27")},
+    "idk_dpo": {"01": ("0.01", "0.51", "0.60"), "05": ("1.12e-05", "0.07", "0.62"), "10": ("4.64e-12", "0.23", "0.6")},
+    "npo": {"01": ("0.92", "0.56", "0.66"), "05": ("0.14", "0.45", "0.7"), "10": ("0.02", "0.46", "0.7")},
+    "simnpo": {"01": ("0.58", "0.46", "0.55"), "05": ("5.01e-100", "0.58", "4.19e-03"),
+               "10": ("2.47e-203", "0.54", "1.07e-05")},
+    "rmu": {"01": ("6.76e-03", "0.60", "0.47"), "05": ("2.89e-11", "0.6", "0.47"), "10": ("0.32", "0.59", "0.64")},
+}
+GPU_METHODS = ("grad_ascent", "graddiff", "idk_dpo", "npo", "simnpo", "rmu", "asu_kl", "asu_gd")
+HUB_1B = "open-unlearning/tofu_Llama-3.2-1B-Instruct"
+
+
+def gpu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
+    """(header, config) of recipe `name` on TOFU forget`split` from open-unlearning's Llama-3.2-1B-Instruct target."""
+    header, cfg = preset(name, "tofu")
+    retain = f"{100 - int(split):02d}"
+    cfg["model"] = {"path": f"{HUB_1B}_full", "dtype": "bfloat16"}
+    cfg["data"] = {**cfg["data"], "source": "locuslab/TOFU", "forget_split": f"forget{split}",
+                   "retain_split": f"retain{retain}"}
+    cfg["eval"] = {**cfg["eval"], "forget_split": f"forget{split}_perturbed", "retain_model": f"{HUB_1B}_retain{retain}",
+                   "holdout_split": f"holdout{split}"}
+    if cfg["method"]["forget"] == "rmu":
+        cfg["method"]["forget_args"]["layer"] = 7
+        cfg["method"]["retain_args"]["layer"] = 7
+    cfg["output_dir"] = f"runs/gpu-tofu-1b-{name}-forget{split}"
+    pub = PUBLISHED_1B.get(name, {}).get(split)
+    fin, ret = PUBLISHED_1B["finetuned"][split], PUBLISHED_1B["retain"][split]
+    if pub:
+        published = (f"Published ({OU} docs/results.md, Llama-3.2-1B-Instruct, forget{split}): forget_quality {pub[0]}, "
+                     f"model_utility {pub[1]}, forget_truth_ratio {pub[2]} (finetuned {fin[0]} / {fin[1]} / {fin[2]}; "
+                     f"retain {ret[0]} / {ret[1]} / {ret[2]}).")
+    else:
+        published = (f"Published: no Llama-3.2-1B TOFU figures for this method are known to us (the ASU paper uses "
+                     f"tau 2.0-2.8); the finetuned model scores {fin[0]} / {fin[1]} / {fin[2]} and the retain model "
+                     f"{ret[0]} / {ret[1]} / {ret[2]} there (forget_quality / model_utility / forget_truth_ratio).")
+    lines = [ln[2:] for ln in header.splitlines()[:3]] + [
+        published,
+        "Their runs: 2 x L40s, DeepSpeed ZeRO-3, paged AdamW 32-bit; here one GPU, torch AdamW: expect the digits to "
+        "differ, not the picture. Memory (estimate, not measured): 1.24B bf16 parameters, gradients and AdamW state "
+        "(kept in the parameters' dtype) about 10 GB + activations; a teacher/reference copy adds 2.5 GB.",
+        f"Run from the repository root: obliviate unlearn --config configs/gpu/tofu_llama32_1b/{name}_forget{split}.yaml"]
+    return _header(lines), cfg
+
+
 def write(path: Path, header: str, cfg: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None), encoding="utf-8")
@@ -277,6 +331,10 @@ def main(root: Path | None = None) -> int:
     for key in wmdp_names():
         write(root / "wmdp" / f"{'_'.join(key)}.yaml", *wmdp_preset(*key))
         count += 1
+    for name in GPU_METHODS:
+        for split in ("01", "05", "10"):
+            write(root / "gpu" / "tofu_llama32_1b" / f"{name}_forget{split}.yaml", *gpu_tofu_preset(name, split))
+            count += 1
     return count
 
 

@@ -57,19 +57,22 @@ TINY = {
     "eval": ["eval.max_examples=2", "eval.max_new_tokens=4", "overwrite=true"],
     "calibrate": ["max_examples=4"],
     "validate": [],
+    "audit": ["max_new_tokens=4", "relearn_steps=1", "max_examples=6", "overwrite=true"],
+    "verify": [],
 }
 
 # What a run leaves in its output_dir (relative paths), by subcommand.
 OUTPUTS = {
     "demo": ["results.json", "report.md", "report.html", "world/forget10_perturbed.jsonl",
              "models/target/model.safetensors", "models/retain/model.safetensors"],
-    "unlearn": ["model.safetensors", "obliviate.yaml", "metrics.json"],
+    "unlearn": ["model.safetensors", "obliviate.yaml", "metrics.json", "receipt.json", "README.md"],
     "finetune": ["model.safetensors", "obliviate.yaml", "metrics.json"],
     "eval": ["obliviate.yaml", "metrics.json", "report.md"],
 }
 
 # What a command without an output directory prints.
-PRINTS = {"ls": "forget objectives", "validate": "valid:", "calibrate": "| tau | layers |"}
+PRINTS = {"ls": "forget objectives", "validate": "valid:", "calibrate": "| tau | layers |", "audit": "recovered",
+          "verify": "match"}
 
 DEMO = "obliviate demo"  # the README's first command: run once per module, the later commands start from its output
 
@@ -176,8 +179,11 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
         expected = list(OUTPUTS[command])
         if command == "demo":
             expected += [f"models/{name.lower()}/model.safetensors" for name in cfg.methods]
+            expected += [f"audit/{name.lower()}/audit.json" for name in cfg.methods] if cfg.audit else []
         if command == "unlearn" and cfg.continual.enabled:
             expected.append("continual.md")
+        if command == "unlearn" and cfg.audit.enabled:
+            expected += ["audit/audit.json", "audit/report.md"]
         for rel in expected:
             path = out_dir / rel
             assert path.is_file(), f"`{cmd}` did not write {path}"

@@ -1,4 +1,4 @@
-"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | validate | report | ls.
+"""Command line: obliviate demo | finetune | unlearn | eval | calibrate | validate | report | verify | ls.
 
 User errors (bad data, config, paths) print one clear message and exit with status 2; no partial
 output directory is left behind (runs write into a temporary directory that is renamed at the end).
@@ -37,6 +37,16 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.html (tables, plots, answers) for a demo or run directory")
     rp.add_argument("run_dir", help="an obliviate-demo/ or unlearn/eval/finetune output directory")
     rp.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html)")
+    from obliviate.audit.cli import add_audit_parser  # torch-free
+
+    add_audit_parser(sub)
+    vp = sub.add_parser("verify", help="recompute an unlearned model's hashes and compare them with its receipt.json",
+                        description="Recompute the weight (and, with --data, the forget/retain row) hashes of a model "
+                                    "directory and compare them with a receipt; exit 0 when all match, 1 when "
+                                    "something differs, 2 on bad input.")
+    vp.add_argument("receipt", help="receipt.json written by `obliviate unlearn`")
+    vp.add_argument("model_dir", help="the model directory to check (its *.safetensors files)")
+    vp.add_argument("--data", help="data directory / hub id: re-encode the receipt's forget and retain splits too")
     return p
 
 
@@ -105,11 +115,21 @@ def _run(args: argparse.Namespace) -> int:
 
         print(list_components())
         return 0
+    if args.command == "audit":
+        from obliviate.audit.cli import run_audit_command
+
+        return run_audit_command(args)
     if args.command == "report":
         from obliviate.commands import run_report
 
         run_report(args.run_dir, args.out)
         return 0
+    if args.command == "verify":
+        from obliviate.receipt import format_result, verify
+
+        res = verify(args.receipt, args.model_dir, args.data)
+        print(format_result(res))
+        return 0 if res.ok else 1
     if args.help_config:
         from obliviate.config import RunConfig, describe
 

@@ -99,13 +99,17 @@ def _model_layers(model: Any) -> int | None:
 
 
 def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
-    """Pre-flight (as `validate`), load θ0, unlearn the forget split, evaluate, save model + config + metrics atomically."""
+    """Pre-flight (as `validate`), load θ0, unlearn the forget split, evaluate, save model + config + metrics +
+    receipt.json + README.md model card atomically."""
     from obliviate.modeling.load import atomic_dir, save_model
     from obliviate.train.unlearn import unlearn
 
     plan = preflight_unlearn(cfg)
     forget, retain, source = plan.forget, plan.retain, cfg.data.source
     model, tok = _load(cfg.model)
+    from obliviate.receipt import model_hashes, write_receipt
+
+    theta0 = model_hashes(model)  # before training: `unlearn` trains the model in place
     n_layers = _model_layers(model)
     if plan.n_layers is None and n_layers is not None:  # no config.json to read before (e.g. a hub id not cached)
         check_method_layers(cfg.method, plan.method, n_layers)
@@ -129,8 +133,25 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     with atomic_dir(cfg.output_dir, cfg.overwrite, input_paths(cfg)) as out:
         save_model(out, _saveable(model, cfg.model), tok)
         _write_run(out, cfg, metrics, cfg.method.label)
-    print(f"saved to {cfg.output_dir}")
+        write_receipt(out, cfg, tok, forget, retain, theta0, metrics)  # + README.md model card
+    print(f"saved to {cfg.output_dir} (verify with: obliviate verify {Path(cfg.output_dir) / 'receipt.json'} "
+          f"{cfg.output_dir})")
+    if cfg.audit.enabled:
+        metrics["audit"] = _audit_run(cfg)
     return metrics
+
+
+def _audit_run(cfg: RunConfig) -> dict[str, Any]:
+    """The run's own audit (audit.enabled): attacks on the saved model, the verdict added to its receipt.json."""
+    from obliviate.audit.run import audit_run_output
+    from obliviate.receipt import attach_audit
+
+    res = audit_run_output(cfg.audit, cfg.output_dir, cfg.model.path, cfg.eval.source or cfg.data.source,
+                           cfg.data.forget_split)
+    summary = {"k_metric": res.k_metric, "ref0": res.ref0, "verdict": res.verdict,
+               "report": str(Path(cfg.audit.output or Path(cfg.output_dir) / "audit") / "audit.json")}
+    attach_audit(Path(cfg.output_dir) / "receipt.json", summary)
+    return summary
 
 
 def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig) -> dict[str, Any]:

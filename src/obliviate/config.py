@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from obliviate.audit.config import AuditConfig
 from obliviate.errors import ConfigError
 from obliviate.strict_yaml import safe_load
 
@@ -299,6 +300,9 @@ class RunConfig:
                                                      "skipped when muse.source is empty)")
     continual: ContinualConfig = section(ContinualConfig(), "continual unlearning: the forget split as a sequence "
                                                             "of requests (METHODS.md §1)")
+    audit: AuditConfig = section(AuditConfig(), "attack the saved model after the run (obliviate audit; data.format "
+                                                "qa): audit.enabled=true writes output_dir/audit and the verdict "
+                                                "into receipt.json")
     output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
 

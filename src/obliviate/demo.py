@@ -50,6 +50,9 @@ class DemoConfig:
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")
     output_dir: str = _f("obliviate-demo", "results directory")
     overwrite: bool = _f(False, "replace an existing output_dir")
+    audit: bool = _f(True, "attack every unlearned model afterwards (obliviate audit: relearning, quantisation, "
+                           "paraphrases, MIA; the target is the 100% reference, the retain model the 0% one) and "
+                           "write audit/<method>/")
     threads: int = _f(2, "torch threads for the whole demo, fixed so that float rounding (and so every printed "
                          "digit) does not depend on the machine's core count; 0 = torch's default")
 
@@ -94,6 +97,29 @@ def _analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodCon
         out["teacher_token_shift"] = asdict(t_shift) | {"selectivity": t_shift.selectivity}
         out["teacher_attention_entropy"] = entropy_by_layer(teacher, tok, rows, max_length=ml)
     return out
+
+
+def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Path, p: int, out: Path,
+           log: Any) -> dict[str, Any]:
+    """`obliviate audit` of one unlearned model on the world (target = 100%, retain model = 0%); reports in `out`."""
+    from obliviate.audit.config import AuditConfig
+    from obliviate.audit.core import run_audit
+    from obliviate.audit.run import load_audit_data
+    from obliviate.audit.verdict import write_reports
+    from obliviate.modeling.load import write_json
+
+    cfg = AuditConfig(data=str(world_dir), forget_split=f"forget{p:02d}")
+    forget, retain, holdout, notes = load_audit_data(cfg)
+    res = run_audit(student, target, tok, forget, retain_rows=retain, holdout=holdout, retain_model=retain_model,
+                    cfg=cfg, log=lambda s: None)
+    res.notes[:0] = notes
+    log(f"audit of {out.name} (recovered share of the forgotten facts per attack):\n{res.table()}")
+    out.mkdir(parents=True, exist_ok=True)
+    data = res.to_json() | {"model": f"models/{out.name}", "original": "models/target", "retain_model": "models/retain",
+                            "data": "world", "splits": dict(zip(("forget", "retain", "holdout"), cfg.split_names()))}
+    write_json(out / "audit.json", data)
+    write_reports(out, data, res.rows)
+    return {"k_metric": res.k_metric, "verdict": res.verdict, "seconds": res.seconds}
 
 
 def _phases(log: Any) -> Any:
@@ -168,6 +194,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
             runs[name] = {"metrics": evaluate_model(m, tok, splits, ev, retain_tr, ml, **kw)}
         phase("evaluated retain and target models")
         forget_rows, retain_rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
+        students = {}
         for name, method in cfg.method_configs().items():
             student = frozen_copy(target)
             for prm in student.parameters():
@@ -177,10 +204,16 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
             runs[name]["analysis"] = _analysis(target, student, tok, splits["forget"], method, ml)
             save_model(out / "models" / name.lower(), student, tok)
+            students[name] = student
             phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")
         runs["target"]["analysis"] = {"attention_entropy": entropy_by_layer(target, tok, splits["forget"], max_length=ml)}
         save_model(out / "models" / "target", target, tok)
         save_model(out / "models" / "retain", retain_model, tok)
+        if cfg.audit:
+            for name, student in students.items():
+                runs[name]["audit"] = _audit(student, target, retain_model, tok, world_dir, p, out / "audit" / name.lower(),
+                                             log)
+                phase(f"{name}: audited")
         results = {"config": to_dict(cfg), "runs": runs, "questions": [r.question for r in splits["forget"]],
                    "answers": [r.answer for r in splits["forget"]], "seconds": time.perf_counter() - t0}
         write_json(out / "results.json", results)

@@ -190,7 +190,30 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     elif cfg.eval.enabled and cfg.muse.source:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    if cfg.audit.enabled:
+        lines += _check_audit(cfg, source)
     return Plan(forget, retain, rm, n_layers, lines)
+
+
+def _check_audit(cfg: RunConfig, source: str) -> list[str]:
+    """A run's own audit (audit.enabled): QA data, a saved model it can load, its splits and reference model."""
+    import dataclasses
+
+    from obliviate.audit.run import load_audit_data
+
+    if cfg.data.format != "qa":
+        raise ConfigError("audit.enabled=true attacks answers to questions, but data.format is text; use a QA "
+                          "split or set audit.enabled=false")
+    if cfg.model.lora.enabled and not cfg.model.lora.merge_on_save:
+        raise ConfigError("audit.enabled=true loads the saved model, but model.lora.merge_on_save=false saves only "
+                          "the adapters; set model.lora.merge_on_save=true or audit.enabled=false")
+    if cfg.audit.retain_model:
+        check_model_source(cfg.audit.retain_model, "audit.retain_model")
+    filled = dataclasses.replace(cfg.audit, data=cfg.audit.data or cfg.eval.source or source,
+                                 forget_split=cfg.audit.forget_split or cfg.data.forget_split)
+    forget, retain, holdout, _ = load_audit_data(filled)
+    return [f"audit: {', '.join(cfg.audit.attacks)} on {len(forget)} forget rows "
+            f"({len(retain)} retain, {len(holdout)} holdout)"]
 
 
 def check_layer_sets(layer_sets: list | None, n_layers: int) -> None:

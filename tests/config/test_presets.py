@@ -11,7 +11,7 @@ from obliviate.config import RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
-GENERATED = ("tofu", "synthetic", "muse", "wmdp")
+GENERATED = ("tofu", "synthetic", "muse", "wmdp", "gpu/tofu_llama32_1b")
 
 
 def _command(path: Path) -> str:
@@ -33,7 +33,7 @@ UNLEARN = [p for p in ALL if _command(p) == "unlearn"]
 
 
 def test_presets_exist() -> None:
-    assert {p.parent.name for p in UNLEARN} >= set(GENERATED)
+    assert {str(p.parent.relative_to(CONFIGS)) for p in UNLEARN} >= set(GENERATED)
     assert len(list((CONFIGS / "wmdp").glob("*.yaml"))) == 18  # RMU / NPO / SimNPO x sum / PCGrad / SAGO x bio / cyber
 
 
@@ -82,3 +82,22 @@ def test_wmdp_presets_are_runnable_as_written() -> None:
         if cfg.method.forget == "rmu":
             assert cfg.method.forget_args["layer"] == cfg.method.retain_args["layer"] == 7
             assert cfg.method.forget_args["trainable_params"] == "wmdp"
+
+
+def test_gpu_tofu_presets_name_the_published_models_and_numbers() -> None:
+    """open-unlearning's Llama-3.2-1B TOFU target and retain twins, forget01/05/10, and its published figures."""
+    for path in sorted((CONFIGS / "gpu" / "tofu_llama32_1b").glob("*.yaml")):
+        cfg = load_config(RunConfig, path)
+        split = path.stem.rsplit("forget", 1)[1]
+        assert cfg.model.path == "open-unlearning/tofu_Llama-3.2-1B-Instruct_full"
+        assert cfg.data.source == "locuslab/TOFU" and cfg.data.forget_split == f"forget{split}"
+        assert cfg.eval.retain_model == f"open-unlearning/tofu_Llama-3.2-1B-Instruct_retain{100 - int(split):02d}"
+        assert cfg.train.batch_size * cfg.train.grad_accum == 32 and cfg.train.lr == 1e-5 and cfg.train.epochs == 10
+        if cfg.method.forget == "asu":
+            assert cfg.method.forget_args == {"tau": 2.0, "layers": None}
+        if cfg.method.forget == "rmu":
+            assert cfg.method.forget_args["layer"] == 7
+    text = (CONFIGS / "gpu" / "tofu_llama32_1b" / "npo_forget01.yaml").read_text(encoding="utf-8")
+    assert "forget_quality 0.92, model_utility 0.56, forget_truth_ratio 0.66" in text  # docs/results.md, by hand
+    text = (CONFIGS / "gpu" / "tofu_llama32_1b" / "graddiff_forget10.yaml").read_text(encoding="utf-8")
+    assert "forget_quality 1.06e-239, model_utility 0.49" in text

@@ -82,3 +82,13 @@ def test_inconsistent_launches_are_refused(monkeypatch):
     with pytest.raises(LaunchError, match=r"2 processes per node .* 1 GPU\(s\).*--nproc_per_node 1") as err:
         make_accelerator(cfg)
     assert isinstance(err.value, ObliviateError)
+
+
+def test_a_deepspeed_launch_is_refused_with_the_supported_engines(monkeypatch):
+    from obliviate.config import TrainConfig
+    from obliviate.errors import LaunchError
+    from obliviate.train.loop import make_accelerator
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(LaunchError, match="launched with DeepSpeed.*train.fsdp=true"):
+        make_accelerator(TrainConfig(progress=False))

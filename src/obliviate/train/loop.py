@@ -70,6 +70,11 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true", "yes"):
+        raise LaunchError("this run was launched with DeepSpeed (accelerate launch --use_deepspeed), which obliviate "
+                          "does not drive: DeepSpeed's engine owns the backward and the gradient buffers that the "
+                          "forget/retain gradient rules need. Launch with torchrun and set train.fsdp=true to shard a "
+                          "model that does not fit one device (or plain torchrun for data parallelism)")
     world = launched_processes()
     cpu = cfg.cpu or (world > 1 and not _device_backend())
     per_node = os.environ.get("LOCAL_WORLD_SIZE", "")
