@@ -164,6 +164,27 @@ MUTANTS: list[Mutant] = [
            "        if False:\n", ("tests/train/test_divergence.py",)),
     Mutant("fluency: repetition of unique bigrams", "eval/fluency.py", "return 1.0 - len(set(bigrams)) / len(bigrams)",
            "return len(set(bigrams)) / len(bigrams)", ("tests/eval/test_fluency.py",)),
+    # issue 11: packed answer rows, length grouping, precision, shared-prompt scoring
+    Mutant("packed KL: direction swapped", "modeling/logprobs.py",
+           "return q.spread(kl_per_token(p.answer_log_probs(), q.answer_log_probs()))",
+           "return q.spread(kl_per_token(q.answer_log_probs(), p.answer_log_probs()))", T_LOGP),
+    Mutant("group_by_length: a step loses its last example", "train/unlearn.py",
+           "        out.append(order[at: at + len(m)])", "        out.append(order[at: at + len(m) - 1])",
+           ("tests/train/test_switches.py",)),
+    Mutant("precision: bf16 ignored", "train/loop.py", '    if getattr(cfg, "precision", "fp32") == "fp32":\n        return plan',
+           "    return plan", ("tests/train/test_switches.py",)),
+    Mutant("shared prompt: first answer token not counted", "eval/generate.py",
+           "count = stats.mask.sum(-1).double() + first_counts.double()", "count = stats.mask.sum(-1).double()",
+           ("tests/eval/test_generate.py",)),
+    # issue 12: audit verdict, quantisation, receipt hashes
+    Mutant("audit: recovered share against 0 instead of the 0% reference", "audit/verdict.py",
+           "return (k_attacked - k_ref0) / (k_original - k_ref0)", "return k_attacked / (k_original - k_ref0)",
+           ("tests/test_audit.py",)),
+    Mutant("audit: int8 grid of 255 levels per side", "audit/quantize.py", "scale = x.abs().amax(dim=1, keepdim=True) / 127.0",
+           "scale = x.abs().amax(dim=1, keepdim=True) / 255.0", ("tests/test_audit.py",)),
+    Mutant("receipt: tensor digest without the shape line", "receipt.py",
+           "h = hashlib.sha256(f\"{dtype}|{','.join(str(int(s)) for s in shape)}\\n\".encode())",
+           "h = hashlib.sha256(f\"{dtype}\\n\".encode())", ("tests/test_receipt.py",)),
 ]
 
 

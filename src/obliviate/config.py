@@ -211,7 +211,7 @@ class EvalConfig:
     world_facts_split: str | None = _f("world_facts_perturbed", "world-facts split (3 perturbed answers)")
     retain_model: str | None = _f(None, "model trained without the forget set (for forget_quality)")
     max_new_tokens: int = _f(200, "greedy generation length (TOFU: 200)")
-    batch_size: int = _f(16, "evaluation batch size")
+    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
     max_examples: int | None = _f(None, "evaluate only the first N rows of each split (quick looks)")
     memorization: bool = _f(True, "forget extraction strength and exact memorisation (one forward, no generation)")
     holdout_split: str | None = _f(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")
@@ -347,7 +347,7 @@ class McqEvalConfig:
     split: str = _f("test", "hub split")
     name: str | None = _f(None, "dataset name for the metric key (default: config or file name)")
     target: str = _f("letter", "score ' A'..' D' after the lettered prompt (letter) or each choice's text (text)")
-    batch_size: int = _f(16, "evaluation batch size")
+    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
     max_length: int = _f(1024, "max tokens per prompt + option (prompts are cut from the left)")
     max_examples: int | None = _f(None, "first N questions")
     lm_eval_tasks: list = _f([], "lm-evaluation-harness tasks to run as well, e.g. [wmdp_bio, mmlu] (extra: lm-eval)")
@@ -364,7 +364,7 @@ class RwkuEvalConfig:
                       "probe levels to evaluate")
     subject: str | None = _f(None, "the unlearning target (RWKU evaluates one subject at a time)")
     max_new_tokens: int = _f(30, "answer length")
-    batch_size: int = _f(16, "evaluation batch size")
+    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
     max_examples: int | None = _f(None, "first N probes per level")
 
 

@@ -124,3 +124,25 @@ def test_batched_avg_loss_equals_per_example(tok_model):
     assert model.training
     # A memorised answer is far likelier than another row's answer to the same question.
     assert batched[0] < batched[-1]
+
+
+def test_answers_to_one_question_are_scored_after_one_shared_prompt(tok_model, monkeypatch):
+    """TOFU scores several answers per question: one cached prompt forward, the same values as scoring each alone."""
+    import obliviate.eval.generate as g
+
+    tok, model = tok_model
+    answers = [a for _, a in QA] + ["Paris.", "It was Hamlet, a long time ago, in a far away land."]
+    pairs = [(q, a) for q, _ in QA[:3] for a in answers] + [(UNSEEN[1], "No idea.")]  # 3 groups + a singleton
+    calls = []
+    real = g._shared_losses
+    monkeypatch.setattr(g, "_shared_losses", lambda m, groups, *a: calls.append(len(groups)) or real(m, groups, *a))
+    shared = batched_avg_loss(model, tok, pairs, batch_size=2 * len(answers))
+    plain = batched_avg_loss(model, tok, pairs, batch_size=4, share_prompts=False)
+    single = np.array([_manual_avg_loss(model, tok, *p) for p in (pairs[0], pairs[len(answers) + 3], pairs[-1])])
+    np.testing.assert_allclose(shared, plain, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(shared[[0, len(answers) + 3, -1]], single, atol=1e-5, rtol=0)
+    assert calls == [1, 2, 1]  # the exactness check on one group, then chunks of <= 2 x len(answers) answers
+    assert model.training
+    # a model on which sharing would change the values keeps the plain path
+    monkeypatch.setattr(g, "_shared_losses", lambda m, groups, *a: np.zeros(sum(len(x) for x in groups)))
+    np.testing.assert_allclose(batched_avg_loss(model, tok, pairs, batch_size=8), plain, atol=1e-5, rtol=0)

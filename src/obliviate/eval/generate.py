@@ -144,15 +144,105 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, ma
 
 @torch.no_grad()
 def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32,
-                     max_length: int = 256) -> np.ndarray:
-    """Per-example mean answer NLL `avg_loss(q, a)` (METRICS.md) of (question, answer) pairs -> [N] float64."""
+                     max_length: int = 256, share_prompts: bool = True) -> np.ndarray:
+    """Per-example mean answer NLL `avg_loss(q, a)` (METRICS.md) of (question, answer) pairs -> [N] float64.
+
+    With `share_prompts`, answers to the same question (TOFU scores the answer, its paraphrase and five
+    perturbed answers of each question) are scored after ONE forward of their shared prompt (`_shared_losses`),
+    when a first check on the model shows the same values as the plain path; singletons go the plain way."""
     encoded = [encode_qa(tokenizer, q, a, max_length) for q, a in pairs]
     losses = np.zeros(len(encoded), dtype=np.float64)
     device = model_device(model)
     pad = pad_id(tokenizer)
+    groups = prompt_groups(encoded) if share_prompts and batch_size > 1 else []  # batch 1: one example at a time
+    shared = [g for g in groups if len(g) > 1]
     with eval_mode(model):
-        for idx in chunks(length_order([len(e.input_ids) for e in encoded]), batch_size):
+        if shared and _sharing_is_exact(model, encoded, shared[0], pad, device):
+            for chunk in _group_chunks(shared, batch_size):
+                idx = [i for g in chunk for i in g]
+                losses[idx] = _shared_losses(model, [[encoded[i] for i in g] for g in chunk], pad, device)
+            done = {i for g in shared for i in g}
+        else:
+            done = set()
+        rest = [i for i in range(len(encoded)) if i not in done]
+        for part in chunks(length_order([len(encoded[i].input_ids) for i in rest]), batch_size):
+            idx = [rest[j] for j in part]
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
-            nll = forward_stats(model, batch, keep_logits=False).nll
-            losses[list(idx)] = nll.double().cpu().numpy()
+            losses[idx] = forward_stats(model, batch, keep_logits=False).nll.double().cpu().numpy()
     return losses
+
+
+def prompt_length(e: Encoded) -> int:
+    """Tokens before the first label (the prompt)."""
+    return next((j for j, t in enumerate(e.labels) if t != IGNORE_INDEX), len(e.labels))
+
+
+def prompt_groups(encoded: Sequence[Encoded]) -> list[list[int]]:
+    """Indices grouped by identical prompt ids (groups ordered by prompt length; each in input order)."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, e in enumerate(encoded):
+        n = prompt_length(e)
+        if 0 < n < len(e.input_ids):
+            by_prompt.setdefault(tuple(e.input_ids[:n]), []).append(i)
+    return sorted(by_prompt.values(), key=lambda g: len(encoded[g[0]].input_ids))
+
+
+def _group_chunks(groups: list[list[int]], batch_size: int) -> Iterator[list[list[int]]]:
+    """Consecutive groups with at most `batch_size` answers in all (a larger group alone)."""
+    chunk: list[list[int]] = []
+    for g in groups:
+        if chunk and sum(len(c) for c in chunk) + len(g) > batch_size:
+            yield chunk
+            chunk = []
+        chunk.append(g)
+    if chunk:
+        yield chunk
+
+
+def _positions(mask: Tensor, offset: Tensor | None = None) -> Tensor:
+    """Position ids from an attention mask [B, T] (left padding: 0 from the first real token), plus `offset` [B]."""
+    pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
+    return pos if offset is None else pos + offset.unsqueeze(-1)
+
+
+def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: torch.device) -> np.ndarray:
+    """Mean answer NLL of every answer in `groups` (each group: one prompt, several answers) -> [Σ sizes].
+
+    One left-padded forward of the G prompts (KV cache kept), then one right-padded forward of all answers with
+    the prompt cache repeated per answer and positions continuing each prompt. The last prompt position's logits
+    predict the first answer token; the answer forward predicts the rest. Shapes: prompts [G, P], answers [N, A]."""
+    prompts = [Encoded(g[0].input_ids[:prompt_length(g[0])], [], False) for g in groups]
+    answers = [Encoded(e.input_ids[prompt_length(e):], e.labels[prompt_length(e):], False) for g in groups for e in g]
+    owner = torch.tensor([k for k, g in enumerate(groups) for _ in g], device=device)
+    pb = collate([Encoded(p.input_ids, [IGNORE_INDEX] * len(p.input_ids), False) for p in prompts], pad, left=True)
+    pmask = pb["attention_mask"].to(device)
+    out = model(input_ids=pb["input_ids"].to(device), attention_mask=pmask, position_ids=_positions(pmask),
+                use_cache=True, logits_to_keep=1)
+    first = torch.log_softmax(out.logits[:, -1].float(), -1)[owner]  # [N, V]: predicts each answer's first token
+    cache = out.cache if hasattr(out, "cache") else out.past_key_values  # transformers 5 names it `cache`
+    cache.batch_select_indices(owner)
+    ab = collate(answers, pad)
+    amask = ab["attention_mask"].to(device)
+    lengths = pmask.sum(-1)[owner]
+    full_mask = torch.cat([pmask[owner], amask], dim=-1)
+    labels = ab["labels"].to(device)
+    # the answer forward sees [prompt cache | answer]; its logits at answer position t predict answer token t+1
+    stats = forward_stats(model, {"input_ids": ab["input_ids"].to(device), "attention_mask": full_mask,
+                                  "labels": labels, "position_ids": _positions(amask, lengths), "cache": cache})
+    first_lp = first.gather(-1, ab["input_ids"].to(device)[:, :1]).squeeze(-1)  # every answer has >= 1 token
+    first_counts = (labels[:, 0] != IGNORE_INDEX).to(first_lp.dtype)
+    total = stats.logp.double() + (first_lp * first_counts).double()
+    count = stats.mask.sum(-1).double() + first_counts.double()
+    return (-total / count.clamp_min(1)).cpu().numpy()
+
+
+def _sharing_is_exact(model: Any, encoded: Sequence[Encoded], group: list[int], pad: int, device: torch.device) -> bool:
+    """Whether prompt sharing gives this model's plain values (1e-4 relative) on one group: a model whose forward
+    ignores position_ids or a KV cache would not; it then keeps the plain path."""
+    try:
+        shared = _shared_losses(model, [[encoded[i] for i in group]], pad, device)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return False
+    batch = {k: v.to(device) for k, v in collate([encoded[i] for i in group], pad).items()}
+    plain = forward_stats(model, batch, keep_logits=False).nll.double().cpu().numpy()
+    return bool(np.allclose(shared, plain, rtol=1e-4, atol=1e-5))

@@ -176,9 +176,11 @@ def token_stats(logits: Tensor, labels: Tensor, *, keep_logits: bool = True) -> 
                       _log_probs=log_probs if keep_logits else None)
 
 
-def model_inputs(batch: Mapping[str, Any]) -> dict[str, Tensor]:
-    """The keys a causal LM forward takes from a collated batch (labels are not passed: no HF loss)."""
-    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a causal LM forward takes from a collated batch (labels are not passed: no HF loss); position_ids
+    and a KV `cache` pass through when present (answers scored after a shared, cached prompt)."""
+    extra = {k: batch[k] for k in ("position_ids", "cache") if k in batch}
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], **extra}
 
 
 def every_token_labels(batch: Mapping[str, Any]) -> Tensor:
