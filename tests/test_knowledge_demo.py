@@ -96,3 +96,11 @@ def test_config_checks(model_dir, facts_file, tmp_path):
         run_knowledge_demo(bad, log=lambda s: None)
     cfg = load_config(KnowledgeDemoConfig, "configs/demo_real.yaml")
     assert cfg.needs_calibration() and cfg.model.path == "smollm2-135m-instruct"
+
+
+def test_knowledge_demo_audits_each_method_when_asked(model_dir, facts_file, tmp_path):
+    res = run_knowledge_demo(_cfg(model_dir, facts_file, tmp_path / "demo", audit=True), log=lambda s: None)
+    audit = res["runs"]["GradDiff"]["audit"]
+    assert {row["attack"] for row in audit["rows"]} == {"relearn", "quantize", "paraphrase", "mia"}
+    assert audit["baseline"]["original"]["k"] > 0  # θ0 knows the forget facts: the 100% reference exists
+    assert "recovered" in audit["table"] and "audit" in res["runs"]["ASU_auto"] and "audit" not in res["runs"]["original"]

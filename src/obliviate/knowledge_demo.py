@@ -65,6 +65,9 @@ class KnowledgeDemoConfig:
                        "name -> method section, each unlearned from θ0; forget_args {tau: auto} uses the calibration")
     calibrate: CalibrateSettings = section(CalibrateSettings(), "the τ/layer sweep behind `tau: auto`")
     seed: int = _f(0, "seed of the retain/held-out split and the MCQ options")
+    audit: bool = _f(False, "attack every unlearned model afterwards (obliviate audit: relearning, int8/int4, few-shot "
+                            "and completion prompts, MIA forget vs held-out facts; θ0 = 100%, the unlearned model "
+                            "before the attack = 0%)")
     output_dir: str = _f("obliviate-demo-real", "results directory")
     overwrite: bool = _f(False, "replace an existing output_dir")
 
@@ -176,11 +179,28 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
     res = unlearn(student, tok, forget_rows, split.train_rows("retain"), method, cfg.unlearn, max_length=cfg.max_length)
     student.eval()
     kc = cfg.knowledge
-    return {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
-                                          max_eval=kc.max_eval, seed=cfg.seed),
-            "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
-            "seconds_per_step": res.seconds / max(1, len(res.history)),
-            "analysis": _analysis(model, student, tok, forget_rows, method, cfg.max_length)}
+    out = {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
+                                         max_eval=kc.max_eval, seed=cfg.seed),
+           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
+           "seconds_per_step": res.seconds / max(1, len(res.history)),
+           "analysis": _analysis(model, student, tok, forget_rows, method, cfg.max_length)}
+    if cfg.audit:
+        out["audit"] = _audit(student, model, tok, split, cfg)
+    return out
+
+
+def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
+    """`obliviate audit` of one unlearned student on the known facts: the forget family as the forget rows, the
+    retain facts for the few-shot prompt and the relearning control, the held-out facts as MIA non-members."""
+    from obliviate.audit.config import AuditConfig
+    from obliviate.audit.core import run_audit
+
+    kc = cfg.knowledge
+    acfg = AuditConfig(max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size, max_length=cfg.max_length,
+                       probes=["few_shot", "completion"], seed=cfg.seed)
+    res = run_audit(student, model, tok, split.train_rows("forget"), retain_rows=split.train_rows("retain"),
+                    holdout=split.train_rows("heldout"), cfg=acfg, log=lambda s: None)
+    return {**res.to_json(), "table": res.table()}
 
 
 def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
@@ -230,7 +250,10 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
         phase(f"calibrated: tau={auto['tau']:g}, layers={auto['layers'] if auto['layers'] is not None else 'all'}")
     for name, method in cfg.method_configs(auto).items():
         runs[name] = _unlearn_and_evaluate(model, tok, split, method, cfg)
-        phase(f"{name}: unlearned in {runs[name]['train_seconds']:.1f} s ({len(runs[name]['history'])} steps) and evaluated")
+        phase(f"{name}: unlearned in {runs[name]['train_seconds']:.1f} s ({len(runs[name]['history'])} steps) and evaluated"
+              + (f", audited in {runs[name]['audit']['seconds']:.0f} s" if "audit" in runs[name] else ""))
+        if "audit" in runs[name]:
+            log(f"audit of {name} (share of the forgotten facts each attack brings back):\n{runs[name]['audit']['table']}")
     results = {"config": to_dict(cfg), "kind": "knowledge", "runs": runs, "columns": [list(c) for c in KNOWLEDGE_COLUMNS],
                "note": NOTE, "probe": [list(p) for p in probe], "calibration": calibration,
                "groups": {k: [f.id for f in v] for k, v in split.groups().items()},
