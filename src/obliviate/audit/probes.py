@@ -22,7 +22,7 @@ import torch
 
 from obliviate.data.rows import QARow
 from obliviate.data.tokenize import PLAIN_PROMPT, has_chat_template, prompt_ids
-from obliviate.eval.generate import _greedy_batch, batched_avg_loss, chunks, eval_mode, length_order, stop_ids
+from obliviate.eval.generate import batched_avg_loss, greedy_ids
 from obliviate.eval.tofu import rouge_recall
 
 
@@ -113,14 +113,8 @@ def greedy_from_ids(model: Any, tokenizer: Any, prompts: Sequence[list[int]], *,
                     batch_size: int, max_length: int) -> list[str]:
     """Greedy answers to prompt ids (left-cut to leave room for the answer), in input order."""
     keep = max(1, max_length - max_new_tokens)
-    prompts = [p[-keep:] for p in prompts]
-    eos = stop_ids(model, tokenizer)
-    out = [""] * len(prompts)
-    with eval_mode(model):
-        for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
-            for i, text in zip(idx, _greedy_batch(model, tokenizer, [prompts[i] for i in idx], max_new_tokens, eos)):
-                out[i] = text
-    return out
+    return greedy_ids(model, tokenizer, [p[-keep:] for p in prompts], max_new_tokens=max_new_tokens,
+                      batch_size=batch_size)
 
 
 def item_scores(generations: Sequence[str], rows: Sequence[QARow], probe: Probe, metric: str) -> np.ndarray:

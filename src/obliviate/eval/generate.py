@@ -103,6 +103,19 @@ def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_
     return decode_continuations(tokenizer, new_ids if caps is None else cap_rows(new_ids, caps, eos_ids[0]), eos_ids)
 
 
+@torch.no_grad()
+def greedy_ids(model: Any, tokenizer: Any, prompts: Sequence[list[int]], *, max_new_tokens: int,
+               batch_size: int) -> list[str]:
+    """Greedy continuations of prompt ids, batched in length order, returned in input order."""
+    eos = stop_ids(model, tokenizer)
+    out = [""] * len(prompts)
+    with eval_mode(model):
+        for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
+            for i, text in zip(idx, _greedy_batch(model, tokenizer, [list(prompts[i]) for i in idx], max_new_tokens, eos)):
+                out[i] = text
+    return out
+
+
 def answer_budgets(prompt_lengths: Sequence[int], max_new_tokens: int, max_total_tokens: int | None) -> list[int]:
     """New tokens each prompt may get: max_new_tokens, or max_total_tokens - prompt length when that total is
     set (HF generate's max_length, as the closer-look authors generate; <= 0 = no room). [N] -> [N]."""

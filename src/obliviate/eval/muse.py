@@ -36,7 +36,7 @@ import torch
 from obliviate.data.rows import QARow, read_records, row_from_record
 from obliviate.data.text import document_ids, is_blank_document, is_hub_id, text_from_record
 from obliviate.errors import DataError
-from obliviate.eval.generate import _greedy_batch, chunks, eval_mode, length_order, stop_ids
+from obliviate.eval.generate import greedy_ids
 from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
 from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
 from obliviate.eval.tofu import MetricInfo
@@ -156,13 +156,7 @@ def greedy_continuations(model: Any, tokenizer: Any, prompts: Sequence[str], *, 
     ids = [document_ids(tokenizer, p) for p in prompts]
     n_cut = sum(keep is not None and len(x) > keep for x in ids)
     ids = [fit_prompt(x, keep, n_prefix) if keep is not None else x for x in ids]
-    eos_ids = stop_ids(model, tokenizer)
-    out = [""] * len(ids)
-    with eval_mode(model):
-        for idx in chunks(length_order([len(x) for x in ids]), batch_size):
-            for i, text in zip(idx, _greedy_batch(model, tokenizer, [ids[i] for i in idx], max_new_tokens, eos_ids)):
-                out[i] = text
-    return out, n_cut
+    return greedy_ids(model, tokenizer, ids, max_new_tokens=max_new_tokens, batch_size=batch_size), n_cut
 
 
 def verbmem_scores(model: Any, tokenizer: Any, items: Sequence[VerbMemItem], *, max_new_tokens: int = 128,
