@@ -11,15 +11,13 @@ per variant (the first step of each run is dropped). Usage: python benchmarks/ca
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sago_overhead import setup
+from sago_overhead import interleaved, setup, timing_args
 
 VARIANTS = {"graddiff": {"forget": "ga", "retain": "nll"},
             "asu_kl_live": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl", "cache": "none"},
@@ -55,13 +53,7 @@ def run_variant(name: str, steps: int, state: tuple) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (first is dropped)")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--data", choices=("tofu", "synthetic"), default="tofu")
-    args = ap.parse_args()
+    args = timing_args(__doc__)
     import torch
 
     torch.set_num_threads(1)
@@ -69,16 +61,13 @@ def main() -> None:
     kept = share_caches()
     run_variant("asu_kl_cached", args.steps, state)  # warm-up: fills the cache with the timed runs' examples
     stored = sum(len(c.store) for caches in kept.values() for c in caches.values())
-    times: dict[str, list[float]] = {k: [] for k in VARIANTS}
-    for _ in range(args.rounds):
-        for name in VARIANTS:
-            times[name] += run_variant(name, args.steps, state)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, counts = interleaved({name: (lambda name=name: run_variant(name, args.steps, state)) for name in VARIANTS},
+                              args.rounds)
     params = sum(p.numel() for p in state[2].parameters())
     print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters, vocab "
           f"{state[2].config.vocab_size}; {args.data} forget10/retain90, batch 8+8, 1 thread; {stored} cached entries")
     for k, v in med.items():
-        print(f"  median step {k:<14} {v * 1000:8.1f} ms  ({len(times[k])} steps)")
+        print(f"  median step {k:<14} {v * 1000:8.1f} ms  ({counts[k]} steps)")
     print(f"ratio asu_kl(cached) / graddiff     = {med['asu_kl_cached'] / med['graddiff']:.3f}   (target <= 1.05)")
     print(f"ratio asu_kl(live)   / graddiff     = {med['asu_kl_live'] / med['graddiff']:.3f}")
     print(f"ratio asu_kl(cached) / asu_kl(live) = {med['asu_kl_cached'] / med['asu_kl_live']:.3f}")

@@ -14,6 +14,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 VARIANTS = {"sum_fused": ("sum", False), "sum_two_backward": ("sum", True), "sago": ("sago", True)}
@@ -98,30 +99,42 @@ def peak_memory(name: str, steps: int, hidden: int, layers: int, data: str) -> f
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def timing_args(doc: str, data: bool = True) -> argparse.Namespace:
+    """The step-time benchmarks' common flags: --rounds, --steps, --hidden, --layers (and --data)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (first is dropped)")
+    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (the first is dropped)")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--data", choices=("tofu", "synthetic"), default="tofu",
-                    help="TOFU forget10/retain90 (answers ~50 tokens) or the synthetic world (~15 tokens)")
-    args = ap.parse_args()
+    if data:
+        ap.add_argument("--data", choices=("tofu", "synthetic"), default="tofu",
+                        help="TOFU forget10/retain90 (answers ~50 tokens) or the synthetic world (~15 tokens)")
+    return ap.parse_args()
+
+
+def interleaved(variants: dict[str, Callable[[], list[float]]], rounds: int) -> tuple[dict[str, float], dict[str, int]]:
+    """Run every variant once per round, in turn (machine noise hits all alike); (median step time, steps) each."""
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            times[name] += run()
+    return {k: statistics.median(v) for k, v in times.items()}, {k: len(v) for k, v in times.items()}
+
+
+def main() -> None:
+    args = timing_args(__doc__)
     import torch
 
     torch.set_num_threads(1)
     state = setup(args.hidden, args.layers, args.data)
     params = sum(p.numel() for p in state[2].parameters())
-    times: dict[str, list[float]] = {k: [] for k in VARIANTS}
-    for _ in range(args.rounds):
-        for name in VARIANTS:
-            times[name] += run_variant(name, args.steps, args.hidden, args.layers, state)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, counts = interleaved({name: (lambda name=name: run_variant(name, args.steps, args.hidden, args.layers, state))
+                               for name in VARIANTS}, args.rounds)
     mem = {k: peak_memory(k, 4, args.hidden, args.layers, args.data) for k in ("sum_fused", "sago")}
     print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters; "
           f"ASU_GD on {args.data} forget10/retain90, batch 8+8, 1 thread")
     for k, v in med.items():
-        print(f"  median step {k:<17} {v * 1000:8.1f} ms  ({len(times[k])} steps)")
+        print(f"  median step {k:<17} {v * 1000:8.1f} ms  ({counts[k]} steps)")
     print(f"ratio sago / sum(two backward) = {med['sago'] / med['sum_two_backward']:.3f}   (target <= 1.05)")
     print(f"ratio sago / sum(fused)        = {med['sago'] / med['sum_fused']:.3f}   (target <= 1.15)")
     unit = "MB allocated above the pre-training level (GPU)" if torch.cuda.is_available() else \

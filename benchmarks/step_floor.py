@@ -14,16 +14,14 @@ python benchmarks/step_floor.py [--rounds 4 --steps 9 --hidden 256 --layers 4 --
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sago_overhead import setup
+from sago_overhead import interleaved, setup, timing_args
 
 
 def hand_loop(model, tok, forget, retain, steps: int, labels_only: bool) -> list[float]:
@@ -70,29 +68,20 @@ def graddiff(model, tok, forget, retain, steps: int) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=9, help="steps per variant per round (the first is dropped)")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    args = ap.parse_args()
+    args = timing_args(__doc__, data=False)
     import torch
 
     torch.set_num_threads(1)
     (forget, retain), tok, model = setup(args.hidden, args.layers)
-    variants = {"floor": lambda m: hand_loop(m, tok, forget, retain, args.steps, False),
-                "floor_labels": lambda m: hand_loop(m, tok, forget, retain, args.steps, True),
-                "graddiff": lambda m: graddiff(m, tok, forget, retain, args.steps)}
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(args.rounds):
-        for name, fn in variants.items():
-            times[name] += fn(copy.deepcopy(model))
-    med = {k: statistics.median(v) for k, v in times.items()}
+    fresh = lambda: copy.deepcopy(model)  # noqa: E731 - every run starts from the same θ0
+    med, counts = interleaved({"floor": lambda: hand_loop(fresh(), tok, forget, retain, args.steps, False),
+                               "floor_labels": lambda: hand_loop(fresh(), tok, forget, retain, args.steps, True),
+                               "graddiff": lambda: graddiff(fresh(), tok, forget, retain, args.steps)}, args.rounds)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters, vocab "
           f"{model.config.vocab_size}; TOFU forget10/retain90, batch 8+8, 1 thread")
     for k, v in med.items():
-        print(f"  median step {k:<13} {v * 1000:8.1f} ms  ({len(times[k])} steps)")
+        print(f"  median step {k:<13} {v * 1000:8.1f} ms  ({counts[k]} steps)")
     print(f"ratio graddiff / floor        = {med['graddiff'] / med['floor']:.3f}   (target <= 1.05, and < 1)")
     print(f"ratio graddiff / floor_labels = {med['graddiff'] / med['floor_labels']:.3f}   (the loop's own cost)")
     print(f"ratio floor_labels / floor    = {med['floor_labels'] / med['floor']:.3f}   (logits at label positions only)")

@@ -52,7 +52,7 @@ def _saveable(model: Any, mc: ModelConfig) -> Any:
 
 
 def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
-    from obliviate.modeling.load import write_json
+    from obliviate.jsonio import write_json
     from obliviate.report.markdown import console_table, metrics_markdown, write_report
 
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
@@ -262,7 +262,8 @@ def list_components() -> str:
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
     from obliviate.eval.analysis import calibrate, default_layer_sets
-    from obliviate.modeling.load import atomic_dir, write_json
+    from obliviate.modeling.load import atomic_dir
+    from obliviate.jsonio import write_json
     from obliviate.report.markdown import calibration_table
 
     rows = preflight_calibrate(cfg)

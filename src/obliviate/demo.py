@@ -104,9 +104,7 @@ def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Pa
     """`obliviate audit` of one unlearned model on the world (target = 100%, retain model = 0%); reports in `out`."""
     from obliviate.audit.config import AuditConfig
     from obliviate.audit.core import run_audit
-    from obliviate.audit.run import load_audit_data
-    from obliviate.audit.verdict import write_reports
-    from obliviate.modeling.load import write_json
+    from obliviate.audit.run import load_audit_data, write_audit
 
     cfg = AuditConfig(data=str(world_dir), forget_split=f"forget{p:02d}")
     forget, retain, holdout, notes = load_audit_data(cfg)
@@ -115,10 +113,8 @@ def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Pa
     res.notes[:0] = notes
     log(f"audit of {out.name} (recovered share of the forgotten facts per attack):\n{res.table()}")
     out.mkdir(parents=True, exist_ok=True)
-    data = res.to_json() | {"model": f"models/{out.name}", "original": "models/target", "retain_model": "models/retain",
-                            "data": "world", "splits": dict(zip(("forget", "retain", "holdout"), cfg.split_names()))}
-    write_json(out / "audit.json", data)
-    write_reports(out, data, res.rows)
+    write_audit(out, res, cfg, model=f"models/{out.name}", original="models/target", retain_model="models/retain",
+                data="world")
     return {"k_metric": res.k_metric, "verdict": res.verdict, "seconds": res.seconds}
 
 
@@ -155,7 +151,8 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
     from obliviate.modeling.frozen import frozen_copy
-    from obliviate.modeling.load import atomic_dir, save_model, write_json
+    from obliviate.modeling.load import atomic_dir, save_model
+    from obliviate.jsonio import write_json
     from obliviate.modeling.tiny import tiny_llama, train_tokenizer
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report

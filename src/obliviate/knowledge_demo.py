@@ -204,7 +204,8 @@ def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: Knowl
 
 
 def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
-    from obliviate.modeling.load import atomic_dir, write_json
+    from obliviate.modeling.load import atomic_dir
+    from obliviate.jsonio import write_json
     from obliviate.report.html import write_html
     from obliviate.report.markdown import write_report
 

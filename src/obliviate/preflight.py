@@ -190,6 +190,10 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     elif cfg.eval.enabled and cfg.muse.source:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    if cfg.train.compile:
+        from obliviate.train.switches import check_backend
+
+        check_backend(cfg.train.compile_backend)
     if cfg.audit.enabled:
         lines += _check_audit(cfg, source)
     return Plan(forget, retain, rm, n_layers, lines)

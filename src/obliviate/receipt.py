@@ -25,14 +25,13 @@ import datetime
 import hashlib
 import json
 import mmap
-import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from obliviate.errors import ObliviateError
+from obliviate.jsonio import file_sha256, write_json_atomic
 
 RECEIPT_VERSION = 1
 RECEIPT_NAME = "receipt.json"
@@ -157,15 +156,6 @@ def dir_hashes(model_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def other_files(out: Path) -> dict[str, str]:
     """file name -> sha256 of the output directory's files other than weights and the receipt itself."""
     return {p.name: file_sha256(p) for p in sorted(out.iterdir())
@@ -253,38 +243,6 @@ def scalar_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not metrics:
         return None
     return {k: v for k, v in metrics.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN / inf -> null, tuples -> lists, numpy scalars -> Python numbers."""
-    import math
-
-    if isinstance(x, Mapping):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        x = x.item()
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON (sorted keys, 2-space indent) to a temporary sibling, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(_clean(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def utc_now() -> str:

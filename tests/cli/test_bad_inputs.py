@@ -211,6 +211,14 @@ CASES = [
           "methods.ASU_KL.forget_args.layers=[3]: layer index 3 is out of range", base=["demo"], validate=False),
     _case("demo-tau-one", ["methods.ASU_KL.forget_args={tau: 1}", "output_dir={out}"],
           "tau=1 makes the teacher identical", base=["demo"], validate=False),
+    # --- issue 11/12 switches and sections
+    _case("precision-unknown", ["train.precision=fp8"], "train.precision='fp8' is impossible"),
+    _case("compile-backend-unknown", ["train.compile=true", "train.compile_backend=nonsense"],
+          "train.compile_backend='nonsense' is not a torch.compile backend here; valid:"),
+    _case("audit-on-raw-text", [*TEXT, "audit.enabled=true"], "audit.enabled=true attacks answers to questions"),
+    _case("audit-unknown-attack", ["audit.enabled=true", "audit.attacks=[relearn, jailbreak]"], "audit.attacks"),
+    _case("audit-retain-model-to-nothing", ["audit.enabled=true", "audit.retain_model=/no/such/model"],
+          "audit.retain_model '/no/such/model' is not a model directory"),
 ]
 
 

@@ -54,8 +54,7 @@ def audit_from_config(cfg: AuditConfig, log: Callable[[str], None] = print) -> A
     """Load cfg.model / cfg.original / cfg.retain_model and the data, run the audit, print the verdict, write
     audit.json, report.md and report.html into cfg.output (atomically) when set. -> AuditResult."""
     from obliviate.audit.core import run_audit
-    from obliviate.audit.verdict import write_reports
-    from obliviate.modeling.load import atomic_dir, load_model, load_pretrained, write_json
+    from obliviate.modeling.load import atomic_dir, load_model, load_pretrained
 
     for key in ("model", "original"):
         if not getattr(cfg, key):
@@ -80,13 +79,21 @@ def audit_from_config(cfg: AuditConfig, log: Callable[[str], None] = print) -> A
     for n in res.notes:
         log(f"note: {n}")
     if cfg.output:
-        data = res.to_json() | {"model": cfg.model, "original": cfg.original, "retain_model": cfg.retain_model,
-                                "data": cfg.data, "splits": load_names(cfg)}
         with atomic_dir(cfg.output, cfg.overwrite, _inputs(cfg)) as out:
-            write_json(out / "audit.json", data)
-            write_reports(out, data, res.rows)
+            write_audit(out, res, cfg, model=cfg.model, original=cfg.original, retain_model=cfg.retain_model,
+                        data=cfg.data)
         log(f"audit: {Path(cfg.output) / 'audit.json'}, report.md, report.html ({res.seconds:.0f} s)")
     return res
+
+
+def write_audit(out: Path, res: Any, cfg: AuditConfig, **where: str | None) -> None:
+    """audit.json (everything, raw shares, what was audited: `where`) and report.md / report.html into `out`."""
+    from obliviate.audit.verdict import write_reports
+    from obliviate.jsonio import write_json
+
+    data = res.to_json() | dict(where) | {"splits": load_names(cfg)}
+    write_json(out / "audit.json", data)
+    write_reports(out, data, res.rows)
 
 
 def load_names(cfg: AuditConfig) -> dict[str, str | None]:

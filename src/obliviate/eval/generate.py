@@ -244,9 +244,21 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
     return (-total / count.clamp_min(1)).cpu().numpy()
 
 
+_SHARING_OK: dict[tuple[type, torch.dtype], bool] = {}  # per architecture and dtype: checked once a process
+
+
 def _sharing_is_exact(model: Any, encoded: Sequence[Encoded], group: list[int], pad: int, device: torch.device) -> bool:
     """Whether prompt sharing gives this model's plain values (1e-4 relative) on one group: a model whose forward
-    ignores position_ids or a KV cache would not; it then keeps the plain path."""
+    ignores position_ids or a KV cache would not; it then keeps the plain path. The answer depends on the
+    architecture and precision, not the weights, so it is measured once per (class, dtype)."""
+    key = (type(model), next(model.parameters()).dtype)
+    if key not in _SHARING_OK:
+        _SHARING_OK[key] = _measure_sharing(model, encoded, group, pad, device)
+    return _SHARING_OK[key]
+
+
+def _measure_sharing(model: Any, encoded: Sequence[Encoded], group: list[int], pad: int, device: torch.device) -> bool:
+    """Shared-prompt losses of one group equal the plain path's (see `_sharing_is_exact`)."""
     try:
         shared = _shared_losses(model, [[encoded[i] for i in group]], pad, device)
     except (TypeError, ValueError, RuntimeError, AttributeError):

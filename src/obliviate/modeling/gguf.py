@@ -9,7 +9,6 @@ are copied into a plain model of the same config (a GGUF-quantised transformers 
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
+from obliviate.jsonio import file_sha256
 
 MARKER = "obliviate-gguf.json"
 
@@ -80,15 +80,6 @@ def require_gguf_package() -> None:
     if importlib.util.find_spec("gguf") is None:
         raise ObliviateError("reading a .gguf model needs the `gguf` package: pip install gguf "
                              "(install.sh installs it)")
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def cached_dir(file: Path, cache: Path | None = None) -> Path:

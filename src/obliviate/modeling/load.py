@@ -1,7 +1,6 @@
 """Load any Hugging Face causal LM + tokenizer by local path or hub id, and save runs atomically."""
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import tempfile
@@ -174,24 +173,3 @@ def save_model(directory: Path, model: Any, tokenizer: Any) -> None:
     tokenizer.save_pretrained(directory)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """JSON with sorted keys and 2-space indent (NaN is written as null)."""
-    path.write_text(json.dumps(_clean(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def _clean(x: Any) -> Any:
-    import math
-
-    import numpy as np
-
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _clean(x.tolist())
-    if isinstance(x, (np.floating, np.integer)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x

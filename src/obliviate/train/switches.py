@@ -48,10 +48,22 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
         inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def check_backend(backend: str) -> None:
+    """ConfigError unless torch.compile knows `backend` (the list it offers is in the message)."""
+    import torch._dynamo
+
+    try:
+        torch._dynamo.lookup_backend(backend)
+    except Exception:  # InvalidBackend, or a backend whose package is missing
+        valid = ", ".join(torch._dynamo.list_backends(exclude_tags=()))
+        raise ConfigError(f"train.compile_backend={backend!r} is not a torch.compile backend here; valid: {valid}") from None
+
+
 def compile_layers(model: torch.nn.Module, backend: str) -> int:
     """torch.compile each decoder layer in place (nn.Module.compile); returns how many were compiled."""
     from obliviate.modeling.logprobs import decoder_layers
 
+    check_backend(backend)
     layers = decoder_layers(model)
     for layer in layers:
         layer.compile(backend=backend)
