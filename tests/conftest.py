@@ -1,4 +1,4 @@
-"""Shared test setup: one torch thread, the shared TOFU data, and a tiny world trained once per session."""
+"""Test setup: one torch thread, the TOFU copy shipped in the package, and a tiny world trained once per session."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-TOFU_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tofu"
+TOFU_DIR = Path(__file__).resolve().parents[1] / "src" / "obliviate" / "resources" / "tofu"  # data.source=tofu
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -22,9 +22,22 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tofu_dir() -> Path:
-    if not (TOFU_DIR / "forget01.jsonl").is_file():
-        pytest.skip(f"TOFU data not found at {TOFU_DIR}")
+    """The shipped TOFU folder (it is part of the repository: a missing file is a failure, not a skip)."""
+    assert (TOFU_DIR / "forget01.jsonl").is_file(), f"the shipped TOFU copy is missing at {TOFU_DIR}"
     return TOFU_DIR
+
+
+@pytest.fixture(scope="session")
+def real_model_cache(tmp_path_factory):
+    """OBLIVIATE_CACHE in a temporary folder for the whole session, so the real SmolLM2 GGUF is dequantised once
+    (~30 s) for every test that loads it, and nothing is written outside temporary folders."""
+    before = os.environ.get("OBLIVIATE_CACHE")
+    os.environ["OBLIVIATE_CACHE"] = str(tmp_path_factory.mktemp("obliviate-cache"))
+    yield Path(os.environ["OBLIVIATE_CACHE"])
+    if before is None:
+        os.environ.pop("OBLIVIATE_CACHE", None)
+    else:
+        os.environ["OBLIVIATE_CACHE"] = before
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +67,44 @@ def trained_small(small_world, small_tok):
     cfg = TrainConfig(max_steps=60, batch_size=16, lr=5e-3, progress=False, weight_decay=0.0)
     finetune(model, small_tok, small_world.splits["full"], cfg, max_length=64)
     return model.eval()
+
+
+# ---------------------------------------------------------------- skips: only for reasons a user's machine can have
+# A test may skip only because an optional extra is not installed or a GPU is absent, and says so with one of these
+# prefixes; any other skip (a missing file, a missing fixture) fails the run in pytest_sessionfinish, listed by name.
+ALLOWED_SKIPS = ("optional extra not installed: ", "needs a GPU: ")
+_BAD_SKIPS: list[str] = []
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def _check_skip(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if not reason.startswith(ALLOWED_SKIPS):
+            _BAD_SKIPS.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_runtest_logreport(report):
+    _check_skip(report)
+
+
+def pytest_collectreport(report):
+    _check_skip(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _BAD_SKIPS:
+        terminalreporter.section("skips with a reason that is not allowed", red=True)
+        terminalreporter.write_line(f"allowed reasons start with one of {ALLOWED_SKIPS}")
+        for line in _BAD_SKIPS:
+            terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _BAD_SKIPS and exitstatus == 0:
+        session.exitstatus = 1

@@ -1,6 +1,7 @@
-"""The README cannot drift: every `obliviate …` command it shows RUNS as written (with tiny-size overrides appended)
-in a scratch directory laid out like a checkout (configs/, ../shared/data/tofu) and writes what it should; the
-few that need the real 93 MB model, the hub or a GPU only resolve (`--show-config`, no training), each with its
+"""The README cannot drift, and it needs nothing beside the repository: the repository is copied into an empty
+temporary folder (no sibling folders) and every `obliviate …` command the README shows RUNS there as written, with
+tiny-size overrides appended, and writes what it should; the real-model demo runs too (2 steps on a few facts). The
+few that need a GPU, the hub or a quarter of an hour only resolve (`--show-config`, no training), each with its
 reason in RESOLVED_ONLY. Scripts and configs the README names exist, and `.ci/run` calls exactly the README's test
 command. Every command in a README bash block must be run, resolved, or listed in NOT_OBLIVIATE."""
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-SHARED = ROOT.parent / "shared"  # the README's ../shared, seen from the repository root
-TOFU = SHARED / "data" / "tofu"
+TEST_COMMAND = "python3 -m pytest -q -rs"
 
 
 def _commands() -> list[str]:
@@ -32,12 +33,15 @@ def _commands() -> list[str]:
 # README commands that are not `obliviate …` and are not run here (they are checked by the tests named).
 NOT_OBLIVIATE = {
     "bash install.sh": "installs packages (network, minutes); test_readme_shows_the_two_commands_... checks it is shown",
-    "python3 -m pytest -q": "this test suite itself; .ci/run must call exactly it",
+    TEST_COMMAND: "this test suite itself; .ci/run must call exactly it",
 }
 
 # `obliviate …` commands that only resolve (`--show-config`): a substring of the command -> why it is not run.
 RESOLVED_ONLY = {
-    "demo_real": "needs the 93 MB real model (SmolLM2-135M-Instruct) and ~19 min of CPU",
+    "demo_real_audit": "the real-model demo again with an audit of each method (~14 min of CPU)",
+    "demo_real_tofu": "fine-tunes the 135M model on TOFU authors before unlearning (~22 min of CPU)",
+    "configs/gpu/": "a 1B model and published TOFU checkpoints from the hub: a GPU recipe",
+    "configs/wmdp/": "a 7B model and the WMDP corpora from the hub: a GPU recipe",
     "muse-bench/": "MUSE data comes from the Hugging Face hub",
     "cais/wmdp": "WMDP comes from the Hugging Face hub",
     "jinzhuoran/RWKU": "RWKU comes from the Hugging Face hub",
@@ -55,23 +59,29 @@ TINY = {
     "finetune": ["tiny.hidden_size=32", "tiny.vocab_size=400", "train.max_steps=1", "data.max_length=64",
                  "overwrite=true"],
     "eval": ["eval.max_examples=2", "eval.max_new_tokens=4", "overwrite=true"],
-    "calibrate": ["max_examples=4"],
+    "calibrate": ["max_examples=4", "taus=[2.0]", "layer_sets=[[0]]"],
     "validate": [],
     "audit": ["max_new_tokens=4", "relearn_steps=1", "max_examples=6", "overwrite=true"],
     "verify": [],
 }
 
+# The real-model demo (configs/demo_real.yaml, SmolLM2-135M): the first 3 facts of each family, 2 steps per method.
+TINY_REAL = ["knowledge.tofu_source=null", "knowledge.max_per_family=3", "knowledge.max_new_tokens=8",
+             "knowledge.max_eval=4", "unlearn.max_steps=2", "unlearn.batch_size=2", "calibrate.taus=[2.0, 4.0]",
+             "calibrate.layer_sets=[[0, 1]]", "unlearn.progress=false", "overwrite=true"]
+
 # What a run leaves in its output_dir (relative paths), by subcommand.
 OUTPUTS = {
     "demo": ["results.json", "report.md", "report.html", "world/forget10_perturbed.jsonl",
              "models/target/model.safetensors", "models/retain/model.safetensors"],
+    "demo (knowledge)": ["results.json", "report.md", "report.html", "facts/forget.jsonl"],
     "unlearn": ["model.safetensors", "obliviate.yaml", "metrics.json", "receipt.json", "README.md"],
     "finetune": ["model.safetensors", "obliviate.yaml", "metrics.json"],
     "eval": ["obliviate.yaml", "metrics.json", "report.md"],
 }
 
 # What a command without an output directory prints.
-PRINTS = {"ls": "forget objectives", "validate": "valid:", "calibrate": "| tau | layers |", "audit": "recovered",
+PRINTS = {"ls": "forget objectives", "validate": "valid (", "calibrate": "| tau | layers |", "audit": "recovered",
           "verify": "match"}
 
 DEMO = "obliviate demo"  # the README's first command: run once per module, the later commands start from its output
@@ -99,30 +109,45 @@ def _tiny_args(cmd: str) -> list[str]:
     args = shlex.split(cmd)[1:]
     if args[0] in ("ls", "report") or "--show-config" in args:
         return args
+    if "configs/demo_real.yaml" in args:
+        return args + TINY_REAL
     return args + TINY.get(args[0], [])
 
 
 def _resolved(args: list[str]) -> Any:
     """The config the CLI would run with (what `--show-config` prints), as the dataclass."""
-    from obliviate.cli import _config_class, _eval_shortcuts, _parser
+    from obliviate.cli import _eval_shortcuts, _parser, command_class
     from obliviate.config import load_config
 
     ns = _parser().parse_args(args)
     overrides = (_eval_shortcuts(ns) if ns.command == "eval" else []) + list(ns.overrides)
-    return load_config(_config_class(ns.command, ns.config), ns.config, overrides)
+    return load_config(command_class(ns), ns.config, overrides)
+
+
+def _copy_repository(dest: Path) -> None:
+    """What a fresh clone holds (git's tracked and not-ignored files; without git, the tree minus outputs)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                               capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not
+                 {".git", "__pycache__", "runs"} & set(p.relative_to(ROOT).parts)]
+    for name in filter(None, names):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    """A scratch checkout: work/configs -> the repository's configs, ../shared -> the real shared data; then the
-    README's `obliviate demo` run there with tiny sizes (its output is what the later commands start from), and
-    the model directories the README's TOFU commands name (runs/x, runs/tofu-*-tiny) as copies of its target."""
-    base = tmp_path_factory.mktemp("readme")
-    work = base / "work"
-    work.mkdir()
-    (work / "configs").symlink_to(ROOT / "configs", target_is_directory=True)
-    if SHARED.is_dir():
-        (base / "shared").symlink_to(SHARED.resolve(), target_is_directory=True)
+def sandbox(tmp_path_factory, real_model_cache):
+    """The repository copied into an empty folder (nothing beside it); then the README's `obliviate demo` run there
+    with tiny sizes (its output is what the later commands start from), and the model directories the README's
+    TOFU commands name (runs/x, runs/tofu-*-tiny) as copies of its target."""
+    alone = tmp_path_factory.mktemp("alone")
+    work = alone / "obliviate"
+    _copy_repository(work)
+    assert [p.name for p in alone.iterdir()] == ["obliviate"]
     before, t0 = Path.cwd(), time.time()
     os.chdir(work)
     try:
@@ -139,9 +164,9 @@ def sandbox(tmp_path_factory):
 
 def test_readme_shows_the_two_commands_and_ci_runs_the_test_command():
     cmds = _commands()
-    assert "bash install.sh" in cmds and "obliviate demo" in cmds and "python3 -m pytest -q" in cmds
+    assert "bash install.sh" in cmds and "obliviate demo" in cmds and TEST_COMMAND in cmds
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    assert ci[-1] == "python3 -m pytest -q"
+    assert ci[-1] == TEST_COMMAND
 
 
 def test_every_readme_command_is_run_resolved_or_explained():
@@ -155,9 +180,6 @@ def test_every_readme_command_is_run_resolved_or_explained():
 @pytest.mark.parametrize("cmd", [c for c in _obliviate_commands() if _resolve_only_reason(c) is None])
 def test_readme_command_runs(cmd, sandbox, monkeypatch):
     args = _tiny_args(cmd)
-    needs_tofu = "shared/data/tofu" in cmd or "configs/tofu/" in cmd
-    if needs_tofu and not (TOFU / "forget01.jsonl").is_file():
-        pytest.skip(f"TOFU data not found at {TOFU}")
     monkeypatch.chdir(sandbox["dir"])
     if cmd == DEMO:  # run once by the fixture
         rc, out, err = sandbox["demo"]
@@ -168,8 +190,10 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
         rc, out, err = _cli(args)
     assert rc == 0, f"`{shlex.join(['obliviate', *args])}` failed:\n{err}"
     command = args[0]
+    if "configs/demo_real.yaml" in args:
+        command = "demo (knowledge)"
     if "--show-config" in args:
-        assert "output_dir: obliviate-demo" in out
+        assert f"output_dir: {_resolved(args).output_dir}" in out
         return
     if command in PRINTS:
         assert PRINTS[command] in out, out
@@ -177,6 +201,10 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
         cfg = _resolved(args)
         out_dir = sandbox["dir"] / cfg.output_dir
         expected = list(OUTPUTS[command])
+        if command == "demo (knowledge)":
+            res = __import__("json").loads((out_dir / "results.json").read_text())
+            assert set(res["runs"]) == {"original", *cfg.methods} and res["calibration"]["recommended"]
+            assert all(len(res["runs"][m]["history"]) == 2 for m in cfg.methods)
         if command == "demo":
             expected += [f"models/{name.lower()}/model.safetensors" for name in cfg.methods]
             expected += [f"audit/{name.lower()}/audit.json" for name in cfg.methods] if cfg.audit else []
@@ -191,12 +219,13 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
 
 
 @pytest.mark.parametrize("cmd", [c for c in _obliviate_commands() if _resolve_only_reason(c) is not None])
-def test_readme_command_resolves(cmd, monkeypatch):
+def test_readme_command_resolves(cmd, monkeypatch, capsys):
     """Not run (see RESOLVED_ONLY): its subcommand, flags, config file and overrides resolve."""
     from obliviate.cli import main
 
     monkeypatch.chdir(ROOT)
     assert main(shlex.split(cmd)[1:] + ["--show-config"]) == 0
+    capsys.readouterr()
 
 
 def test_named_files_exist():

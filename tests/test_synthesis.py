@@ -1,4 +1,4 @@
-"""Gradient rules (METHODS.md §2): hand-worked examples, properties, None/shape handling, stats, state."""
+"""Gradient rules (docs/METHODS.md §2): hand-worked examples, properties, None/shape handling, stats, state."""
 from __future__ import annotations
 
 import io
@@ -88,7 +88,7 @@ def test_blur_by_hand():
 
 
 def test_blur_projects_even_without_conflict():
-    # Unconditional (METHODS.md table, BLUR's code): g_f = [1,0], g_r = [1,1], <g_r,g_f> = 1 > 0
+    # Unconditional (docs/METHODS.md §2.2 table, BLUR's code): g_f = [1,0], g_r = [1,1], <g_r,g_f> = 1 > 0
     # g_r' = [1,1] - 1·[1,0] = [0,1]; g = 2·[1,0] + 0.5·[0,1] = [2, 0.5] (sum would be [2.5, 0.5])
     close(run("blur", [t(1, 0)], [t(1, 1)]), [[2.0, 0.5]])
 

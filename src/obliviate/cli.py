@@ -20,12 +20,17 @@ def _parser() -> argparse.ArgumentParser:
                         ("unlearn", "unlearn a forget split from a model, then evaluate it"),
                         ("eval", "evaluate a model on TOFU, MUSE, WMDP/MMLU (multiple choice) or RWKU"),
                         ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau"),
-                        ("validate", "check an unlearning recipe (config, method, data, model files) without training")):
+                        ("validate", "check any command's config (unlearn, demo, finetune, eval, calibrate: keys, "
+                                     "method, data, model files) with that command's own pre-flight, without training")):
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
         sp.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. train.lr=1e-5")
         sp.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
         sp.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
+        if name == "validate":
+            sp.add_argument("--as", dest="as_command", choices=VALIDATE_AS,
+                            help="the command the config is for (default: told by its keys; `kind: knowledge` is "
+                                 "the real-model demo)")
         if name == "eval":
             sp.add_argument("--benchmark", choices=("tofu", "muse", "mcq", "rwku"), help="what to evaluate on")
             sp.add_argument("--model", help="model directory or hub id (= model.path)")
@@ -68,6 +73,37 @@ def _config_class(command: str, config_file: str | None = None) -> type:
         return DemoConfig
     return {"finetune": config.FinetuneConfig, "unlearn": config.RunConfig, "eval": config.EvalRunConfig,
             "calibrate": config.CalibrateConfig, "validate": config.RunConfig}[command]
+
+
+VALIDATE_AS = ("unlearn", "demo", "finetune", "eval", "calibrate")  # in this order when a config's keys fit several
+
+
+def _validate_class(config_file: str | None, overrides: Sequence[str], as_command: str | None) -> type:
+    """The config class `obliviate validate` checks a file against: `--as COMMAND`, else the command whose config
+    has every top-level key of the file and the overrides (a file that fits none gets the closest one, whose
+    error then names the unknown keys)."""
+    import dataclasses
+
+    from obliviate import config
+
+    if as_command:
+        return _config_class(as_command, config_file)
+    data = config.read_yaml(config_file) if config_file else {}
+    if "kind" in data:  # only the demos have a kind
+        return _config_class("demo", config_file)
+    keys = set(data) | {o.split("=", 1)[0].split(".")[0] for o in overrides if "=" in o}
+
+    def unknown(command: str) -> int:
+        return len(keys - {f.name for f in dataclasses.fields(_config_class(command, config_file))})
+
+    return _config_class(min(VALIDATE_AS, key=lambda c: (unknown(c), VALIDATE_AS.index(c))), config_file)
+
+
+def command_class(args: argparse.Namespace) -> type:
+    """The config class the parsed command line resolves to (`validate` finds it from the file)."""
+    if args.command == "validate":
+        return _validate_class(args.config, list(args.overrides), args.as_command)
+    return _config_class(args.command, args.config)
 
 
 def _eval_shortcuts(args: argparse.Namespace) -> list[str]:
@@ -133,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.help_config:
         from obliviate.config import RunConfig, describe
 
-        cls = _config_class(args.command, args.config)
+        cls = command_class(args)
         rows = describe(cls)
         if cls is RunConfig:  # each objective's own keys, under method.forget_args / method.retain_args
             from obliviate.commands import objective_keys
@@ -143,10 +179,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{key:<36} {default!r:<24} {text}")
         return 0
     overrides = (_eval_shortcuts(args) if args.command == "eval" else []) + list(args.overrides)
-    cfg = load_config(_config_class(args.command, args.config), args.config, overrides)
+    cfg = load_config(command_class(args), args.config, overrides)
     if args.show_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
+    if args.command == "demo" and getattr(cfg, "cpu_kernels", None) == "avx2":  # before torch loads
+        from obliviate.demo import pin_cpu_kernels
+
+        pin_cpu_kernels()
     if args.command != "validate":  # validate loads no weights: it need not import transformers at all
         _quiet_libraries()
     if args.command == "demo" and getattr(cfg, "kind", None) == "knowledge":

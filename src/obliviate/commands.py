@@ -9,8 +9,9 @@ import yaml
 from obliviate.config import (CalibrateConfig, EvalRunConfig, FinetuneConfig, ModelConfig, RunConfig, method_label,
                               to_dict)
 from obliviate.errors import ConfigError
-from obliviate.paths import check_model_source, check_output_dir, check_tokenizer_source, layer_count
-from obliviate.preflight import (check_layer_sets, check_method_layers, input_paths, load_data, need, preflight_calibrate,
+from obliviate.paths import check_model_source, check_tokenizer_source, layer_count
+from obliviate.preflight import (check_layer_sets, check_method_layers, eval_inputs, finetune_inputs, input_paths,
+                                 load_data, need, preflight_calibrate, preflight_eval, preflight_finetune,
                                  preflight_unlearn)
 
 # Heavy modules (torch, transformers) are imported inside the commands that need them, so that config errors,
@@ -155,7 +156,7 @@ def _audit_run(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig) -> dict[str, Any]:
-    """Unlearn the forget split as a sequence of requests, each from the previous result (METHODS.md §1)."""
+    """Unlearn the forget split as a sequence of requests, each from the previous result (docs/METHODS.md §1.5)."""
     import dataclasses
 
     from obliviate.train.continual import continual_table, run_continual, split_requests
@@ -180,13 +181,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from obliviate.modeling.load import atomic_dir, load_tokenizer, save_model
     from obliviate.train.unlearn import finetune
 
-    inputs = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "data.source": cfg.data.source,
-              "train.checkpoint_dir": cfg.train.checkpoint_dir}
-    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite, inputs)
-    source = _need(cfg.data.source, "data.source", "<data dir or hub id>")
-    rows = _load_data(source, cfg.data.format, list(cfg.data.splits))
-    if _need(cfg.model.path, "model.path", "tiny") != "tiny":
-        check_model_source(cfg.model.path, "model.path")
+    inputs = finetune_inputs(cfg)
+    rows, _ = preflight_finetune(cfg)
     if cfg.model.path == "tiny":
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
@@ -215,16 +211,9 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     from obliviate.eval.runner import evaluate_mcq_run, evaluate_muse_run, evaluate_rwku_run
     from obliviate.modeling.load import atomic_dir
 
-    inputs = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "eval.source": cfg.eval.source,
-              "eval.retain_model": cfg.eval.retain_model, "muse.source": cfg.muse.source,
-              "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
-    check_output_dir(_need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)
-    if cfg.benchmark == "tofu":
-        source = _need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
-    check_model_source(_need(cfg.model.path, "model.path", "<model dir or hub id>"), "model.path")
-    for key in ("eval.retain_model", "muse.retrain_model"):
-        if inputs[key] and key.split(".")[0] == ("eval" if cfg.benchmark == "tofu" else cfg.benchmark):
-            check_model_source(inputs[key], key)
+    inputs = eval_inputs(cfg)
+    preflight_eval(cfg)
+    source = cfg.eval.source or ""
     model, tok = _load(cfg.model)
     label = Path(cfg.model.path).name or cfg.model.path
     if cfg.benchmark == "tofu":
@@ -301,11 +290,37 @@ def run_report(run_dir: str, out: str | None = None) -> Path:
     return path
 
 
-def run_validate(cfg: RunConfig) -> dict[str, Any]:
-    """Check an unlearning recipe without training: the same pre-flight as `unlearn`, then a summary."""
-    plan = preflight_unlearn(cfg, need_output=False)
-    print("valid:\n  " + "\n  ".join(plan.lines))
-    return {"lines": plan.lines}
+def validation_lines(cfg: Any) -> list[str]:
+    """The pre-flight of the command that `cfg` configures (unlearn, finetune, eval, calibrate, either demo),
+    without its output-directory checks: what that command would reject before any weights load."""
+    from obliviate.demo import DemoConfig, preflight_demo
+    from obliviate.knowledge_demo import KnowledgeDemoConfig, preflight_knowledge
+
+    if isinstance(cfg, RunConfig):
+        return preflight_unlearn(cfg, need_output=False).lines
+    if isinstance(cfg, FinetuneConfig):
+        return preflight_finetune(cfg, need_output=False)[1]
+    if isinstance(cfg, EvalRunConfig):
+        return preflight_eval(cfg, need_output=False)
+    if isinstance(cfg, CalibrateConfig):
+        rows = preflight_calibrate(cfg, need_output=False)
+        return [f"data: {len(rows)} rows of {cfg.split}", "model: " + check_model_source(cfg.model.path, "model.path")]
+    if isinstance(cfg, DemoConfig):
+        return preflight_demo(cfg, need_output=False)
+    if isinstance(cfg, KnowledgeDemoConfig):
+        return preflight_knowledge(cfg, need_output=False)
+    raise TypeError(f"no pre-flight for {type(cfg).__name__}")
+
+
+def run_validate(cfg: Any) -> dict[str, Any]:
+    """Check a recipe without training: the pre-flight of the command it configures, then a summary."""
+    lines = validation_lines(cfg)
+    print(f"valid ({COMMAND_OF.get(type(cfg).__name__, 'unlearn')} config):\n  " + "\n  ".join(lines))
+    return {"lines": lines}
+
+
+COMMAND_OF = {"RunConfig": "unlearn", "FinetuneConfig": "finetune", "EvalRunConfig": "eval",
+              "CalibrateConfig": "calibrate", "DemoConfig": "demo", "KnowledgeDemoConfig": "demo (knowledge)"}
 
 
 KEY_HELP = {

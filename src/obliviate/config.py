@@ -94,7 +94,7 @@ class MethodConfig:
     allow_unusual_tau: bool = _f(False, "run ASU with forget_args.tau <= 1 anyway: tau = 1 makes the teacher the "
                                         "model itself (ASU then does nothing), tau < 1 sharpens its attention "
                                         "instead of smoothing it; both are refused unless this is true")
-    combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients are combined (METHODS.md §2)")
+    combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients combine (docs/METHODS.md §2)")
     cache: str = _f("auto", "θ0 stats (teacher/reference) cached per example after their first forward: auto = "
                             "summed log-probs always (npo/dpo), vocabulary distributions exactly when under "
                             "cache_max_gb (else live) | exact (refuse over the limit) | topk (top-k + tail bucket; "
@@ -285,7 +285,7 @@ class ContinualConfig:
 
     @property
     def enabled(self) -> bool:
-        """Continual mode is on when requests or authors_per_request is set (METHODS.md §1 continual protocol)."""
+        """Continual mode is on when requests or authors_per_request is set (docs/METHODS.md §1.5)."""
         return self.requests is not None or self.authors_per_request is not None
 
 
@@ -299,7 +299,7 @@ class RunConfig:
     muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE evaluation after training (data.format text; "
                                                      "skipped when muse.source is empty)")
     continual: ContinualConfig = section(ContinualConfig(), "continual unlearning: the forget split as a sequence "
-                                                            "of requests (METHODS.md §1)")
+                                                            "of requests (docs/METHODS.md §1.5)")
     audit: AuditConfig = section(AuditConfig(), "attack the saved model after the run (obliviate audit; data.format "
                                                 "qa): audit.enabled=true writes output_dir/audit and the verdict "
                                                 "into receipt.json")

@@ -55,9 +55,12 @@ class DemoConfig:
                            "write audit/<method>/")
     threads: int = _f(2, "torch threads for the whole demo, fixed so that float rounding (and so every printed "
                          "digit) does not depend on the machine's core count; 0 = torch's default")
+    cpu_kernels: str = _f("avx2", "x86-64 CPU kernels: avx2 (every machine prints the same digits; pinned before torch "
+                                  "loads, i.e. when run as `obliviate demo`) or native (this CPU's best, e.g. AVX-512)")
 
     def __post_init__(self) -> None:
         _require(self.threads >= 0, "threads", self.threads, ">= 0 (0 = torch's default)")
+        _require(self.cpu_kernels in ("avx2", "native"), "cpu_kernels", self.cpu_kernels, "avx2 or native")
         _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
         reserved = {"retain", "target"} & set(self.methods)
         _require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
@@ -73,6 +76,49 @@ class DemoConfig:
     def method_configs(self) -> dict[str, MethodConfig]:
         """The `methods` mapping as validated MethodConfigs."""
         return {str(name): build(MethodConfig, raw, f"methods.{name}.") for name, raw in self.methods.items()}
+
+
+def preflight_demo(cfg: DemoConfig, *, need_output: bool = True) -> list[str]:
+    """Checks of `obliviate demo` before anything trains (also `obliviate validate`): the output directory, the
+    base model's files, every method's objective, rule and hyper-parameters; lines for `validate`."""
+    from obliviate.paths import check_model_source, check_output_dir
+    from obliviate.train.unlearn import resolve_method
+
+    if need_output or cfg.output_dir:
+        check_output_dir(cfg.output_dir, cfg.overwrite)
+    lines = [f"world: {cfg.world.authors} authors, forget {cfg.world.forget_percent}%, seed {cfg.world.seed}"]
+    if cfg.base_model:
+        lines.append("base model: " + check_model_source(cfg.base_model, "base_model"))
+    else:
+        lines.append(f"model: a tiny Llama trained here ({cfg.tiny.layers} layers, hidden {cfg.tiny.hidden_size})")
+    for name, method in cfg.method_configs().items():
+        rm = resolve_method(method)  # unknown objectives, rules and hyper-parameters
+        lines.append(f"method {name}: {method.forget} + {method.retain or 'no retain term'}, rule {rm.rule}")
+    return lines
+
+
+def demo_claims(runs: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The demo's story as checks on its own results: (claim, holds). A claim about a model the run lacks is left
+    out. Thresholds: the target knows >= 80% of the forget facts and the retain model <= 10%; ASU_KL keeps <= 60%
+    of the target's fact recall, model utility within 0.05 of the target's and <= 10% degenerate answers; GradDiff
+    keeps <= 5% fact recall with >= 50% degenerate answers and lower utility than ASU_KL."""
+    nan = float("nan")  # a metric the run could not compute (None) makes its claim fail, never pass
+    m = {name: {k: nan if v is None else v for k, v in run["metrics"].items()} for name, run in runs.items()}
+    out: list[tuple[str, bool]] = []
+    if {"retain", "target"} <= set(m):
+        out.append(("the target knows the forget facts and the retain model does not",
+                    m["target"]["forget_fact_recall"] >= 0.8 and m["retain"]["forget_fact_recall"] <= 0.1))
+    if {"target", "ASU_KL"} <= set(m):
+        t, a = m["target"], m["ASU_KL"]
+        out.append(("ASU_KL forgets facts, keeps model utility and fluent answers",
+                    a["forget_fact_recall"] <= 0.6 * t["forget_fact_recall"]
+                    and a["model_utility"] >= t["model_utility"] - 0.05 and a["forget_degenerate_share"] <= 0.1))
+    if {"ASU_KL", "GradDiff"} <= set(m):
+        a, g = m["ASU_KL"], m["GradDiff"]
+        out.append(("GradDiff forgets by breaking the answers and loses more utility",
+                    g["forget_fact_recall"] <= 0.05 and g["forget_degenerate_share"] >= 0.5
+                    and g["model_utility"] < a["model_utility"]))
+    return out
 
 
 def _eval_config(cfg: DemoConfig) -> EvalConfig:
@@ -130,6 +176,34 @@ def _phases(log: Any) -> Any:
     return phase
 
 
+# What a machine without AVX-512 runs, forced on every x86-64 machine so that the demo's digits agree across them:
+# torch's own vectorised kernels, MKL's BLAS (its conditional numerical reproducibility branch) and oneDNN.
+AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}
+
+
+def pin_cpu_kernels() -> bool:
+    """Pin the CPU kernels to AVX2 for this process (variables already set by the user are kept); only effective
+    before torch loads, so `obliviate demo` calls it first. True when the pin can take effect."""
+    import os
+    import platform
+    import sys
+
+    if "torch" in sys.modules or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    for key, value in AVX2_KERNELS.items():
+        os.environ.setdefault(key, value)
+    return True
+
+
+def cpu_kernels() -> str:
+    """The instruction set torch's CPU kernels run with, and MKL's reproducibility branch (recorded with the digits)."""
+    import os
+
+    import torch
+
+    return f"{torch.backends.cpu.get_cpu_capability()} (MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')})"
+
+
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     """Run the whole story and write results.json, report.md, the world and the models."""
     import torch
@@ -159,6 +233,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     from obliviate.train.unlearn import finetune, unlearn
 
     t0 = time.perf_counter()
+    preflight_demo(cfg)
     torch.manual_seed(cfg.world.seed)
     p = cfg.world.forget_percent
     world = make_world(cfg.world.authors, seed=cfg.world.seed, n_pretrain=cfg.world.pretrain_authors, forget_percents=(p,))
@@ -212,11 +287,15 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
                                              log)
                 phase(f"{name}: audited")
         results = {"config": to_dict(cfg), "runs": runs, "questions": [r.question for r in splits["forget"]],
-                   "answers": [r.answer for r in splits["forget"]], "seconds": time.perf_counter() - t0}
+                   "answers": [r.answer for r in splits["forget"]], "seconds": time.perf_counter() - t0,
+                   "claims": [{"claim": c, "holds": ok} for c, ok in demo_claims(runs)], "cpu_kernels": cpu_kernels()}
         write_json(out / "results.json", results)
         write_report(out / "report.md", results)
         write_html(out / "report.html", results)
     log(console_table(results))
+    for item in results["claims"]:
+        log(f"  {'holds' if item['holds'] else 'does NOT hold'}: {item['claim']}")
+    log(f"  CPU kernels: {results['cpu_kernels']}")
     log(f"results: {Path(cfg.output_dir) / 'results.json'}, report: {Path(cfg.output_dir) / 'report.md'} "
         f"and report.html  "
         f"({results['seconds']:.0f} s)")

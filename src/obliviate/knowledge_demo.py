@@ -19,7 +19,7 @@ import torch
 
 from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, _f, _require, build, section, to_dict
 from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
-                                      facts_from_rows, family_table, load_facts, split_known,
+                                      facts_from_rows, family_table, first_per_family, load_facts, split_known,
                                       unique_questions)
 
 AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration sweep
@@ -33,6 +33,7 @@ class KnowledgeSettings:
     forget_families: list = _f(["capitals"], "fact families to forget (see the probe table)")
     forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
     max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
+    max_per_family: int | None = _f(None, "probe only the first N facts of each family (null: all; a quick look)")
     retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
     max_eval: int | None = _f(20, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
     max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
@@ -42,6 +43,8 @@ class KnowledgeSettings:
         _require(0 < self.retain_share <= 1, "knowledge.retain_share", self.retain_share, "in (0, 1]")
         _require(self.max_new_tokens >= 1, "knowledge.max_new_tokens", self.max_new_tokens, ">= 1")
         _require(self.max_forget is None or self.max_forget >= 1, "knowledge.max_forget", self.max_forget, ">= 1 or null")
+        _require(self.max_per_family is None or self.max_per_family >= 1, "knowledge.max_per_family",
+                 self.max_per_family, ">= 1 or null")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
 
         for split in cfg.tofu_splits:
             facts += facts_from_rows(load_split(cfg.tofu_source, str(split)), FAMILY_OF_TOFU.get(str(split), str(split)))
-    return unique_questions(facts)
+    return first_per_family(unique_questions(facts), cfg.max_per_family)
 
 
 def _write_groups(directory: Path, split: KnowledgeSplit) -> None:
@@ -151,6 +154,22 @@ def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
     for method in cfg.method_configs({"tau": 2.0, "layers": None}).values():
         resolve_method(method)  # unknown objectives, rules and hyper-parameters
     return facts
+
+
+def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -> list[str]:
+    """Checks of the real-model demo before the model loads (also `obliviate validate`): the output directory,
+    the facts and TOFU splits, the forget families, every method, the model source; lines for `validate`."""
+    from obliviate.paths import check_model_source, check_output_dir
+
+    if need_output or cfg.output_dir:
+        check_output_dir(cfg.output_dir, cfg.overwrite)
+    facts = _checked_facts(cfg)
+    lines = [f"facts: {len(facts)} to probe in {len({f.family for f in facts})} families; forget "
+             f"{', '.join(map(str, cfg.knowledge.forget_families)) or 'entities ' + str(cfg.knowledge.forget_entities)}",
+             "model: " + check_model_source(cfg.model.path, "model.path"),
+             "methods: " + ", ".join(cfg.methods) + (" (tau: auto is calibrated first)" if cfg.needs_calibration()
+                                                     else "")]
+    return lines
 
 
 def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> tuple[dict | None, dict[str, Any]]:
@@ -222,18 +241,17 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     from obliviate.demo import _phases
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.generate import generate_answers
-    from obliviate.modeling.load import check_output_dir
     from obliviate.report.markdown import calibration_table, console_table
 
     t0 = time.perf_counter()
-    check_output_dir(cfg.output_dir, cfg.overwrite)
-    kc, facts = cfg.knowledge, _checked_facts(cfg)
+    preflight_knowledge(cfg)
+    kc, facts = cfg.knowledge, probe_facts(cfg.knowledge)
     phase = _phases(log)
     model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()
     phase(f"loaded {cfg.model.path} ({sum(p.numel() for p in model.parameters()):,} parameters)")
     replies = generate_answers(model, tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
-                               batch_size=kc.batch_size)
+                               batch_size=kc.batch_size, desc=f"probing {len(facts)} facts")
     probe = family_table(facts, replies)
     split = split_known(facts, replies, forget_families=kc.forget_families, forget_entities=kc.forget_entities,
                         retain_share=kc.retain_share, max_forget=kc.max_forget, seed=cfg.seed)

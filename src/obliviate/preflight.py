@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from obliviate.config import CalibrateConfig, MethodConfig, RunConfig
+from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
 from obliviate.errors import ConfigError, DataError
 from obliviate.paths import (check_layer_indices, check_model_source, check_optional_model, check_output_dir,
                              check_tokenizer_source, check_writable_location, layer_count, model_config)
@@ -226,8 +226,9 @@ def check_layer_sets(layer_sets: list | None, n_layers: int) -> None:
         check_layer_indices(layers, n_layers, f"layer_sets[{i}]")
 
 
-def preflight_calibrate(cfg: CalibrateConfig) -> list:
-    """Checks of `obliviate calibrate` before the model loads; returns the forget rows."""
+def preflight_calibrate(cfg: CalibrateConfig, *, need_output: bool = True) -> list:
+    """Checks of `obliviate calibrate` before the model loads; returns the forget rows (output_dir is optional
+    here: a set one is checked with or without `need_output`)."""
     from obliviate.data.rows import load_split
 
     if cfg.output_dir:
@@ -241,3 +242,55 @@ def preflight_calibrate(cfg: CalibrateConfig) -> list:
     if n_layers is not None:
         check_layer_sets(cfg.layer_sets, n_layers)
     return rows[: cfg.max_examples] if cfg.max_examples else rows
+
+
+def finetune_inputs(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Every path `obliviate finetune` reads, by config key."""
+    return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "data.source": cfg.data.source,
+            "train.checkpoint_dir": cfg.train.checkpoint_dir}
+
+
+def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tuple[list, list[str]]:
+    """Checks of `obliviate finetune` before any model is built: (the training rows, lines for `validate`)."""
+    if need_output or cfg.output_dir:
+        check_output_dir(need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite, finetune_inputs(cfg))
+    source = need(cfg.data.source, "data.source", "<data dir or hub id>")
+    rows = load_data(source, cfg.data.format, list(cfg.data.splits))
+    path = need(cfg.model.path, "model.path", "tiny")
+    lines = [f"data: {len(rows)} {'rows' if cfg.data.format == 'qa' else 'documents'} from "
+             f"{', '.join(map(str, cfg.data.splits))}"]
+    if path == "tiny":
+        lines.append(f"model: a tiny Llama built here ({cfg.tiny.layers} layers, hidden {cfg.tiny.hidden_size})")
+    else:
+        lines.append("model: " + check_model_source(path, "model.path"))
+    if cfg.model.tokenizer:
+        lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
+    _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    return rows, lines
+
+
+def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
+    """Every path `obliviate eval` reads, by config key."""
+    return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "eval.source": cfg.eval.source,
+            "eval.retain_model": cfg.eval.retain_model, "muse.source": cfg.muse.source,
+            "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
+
+
+def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> list[str]:
+    """Checks of `obliviate eval` before the model loads (the TOFU splits load); lines for `validate`."""
+    inputs = eval_inputs(cfg)
+    if need_output or cfg.output_dir:
+        check_output_dir(need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)
+    lines = [f"benchmark: {cfg.benchmark}"]
+    if cfg.benchmark == "tofu":
+        from obliviate.eval.runner import load_eval_splits
+
+        source = need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
+        splits = load_eval_splits(source, cfg.eval)
+        lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+    lines.append("model: " + check_model_source(need(cfg.model.path, "model.path", "<model dir or hub id>"),
+                                                "model.path"))
+    for key in ("eval.retain_model", "muse.retrain_model"):
+        if inputs[key] and key.split(".")[0] == ("eval" if cfg.benchmark == "tofu" else cfg.benchmark):
+            lines.append(f"{key}: " + check_model_source(inputs[key], key))
+    return lines

@@ -1,11 +1,11 @@
 """Gradient synthesis: combine the forget gradient g_f and the retain gradient g_r into one update.
 
-SAGO and its baselines (Xiao et al., ACL 2026, arXiv 2604.14808; METHODS.md §2). γ weighs the
+SAGO and its baselines (Xiao et al., ACL 2026, arXiv 2604.14808; docs/METHODS.md §2). γ weighs the
 forget task, α the retain task. Every rule takes two equal-length lists of per-parameter tensors
 (None = no gradient for that parameter) and returns new tensors; inputs are never modified.
 Elementwise arithmetic runs in the gradient's precision (half types upcast to float32) and results
 are cast back to the gradient's dtype; inner products use BLAS per tensor and are summed across
-tensors in float64 (gru's projection is computed entirely in float64, as METHODS.md asks). This
+tensors in float64 (gru's projection is computed entirely in float64, as docs/METHODS.md §2.2 asks). This
 keeps a step's synthesis a small fraction of a backward pass (benchmarks/sago_overhead.py).
 
 Sharding (FSDP/ZeRO): `sum`, `sago` and `sago_retain` are elementwise, so they are exact on a
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from obliviate.registry import Registry
 
-EPS = 1e-10  # added to squared norms in every projection (METHODS.md §2), except gru's (its authors add none)
+EPS = 1e-10  # added to squared norms in every projection (docs/METHODS.md §2.2), except gru's (its authors add none)
 GRU_MOMENTUM = 0.8  # gru_ema: ema <- 0.8·ema + 0.2·g_r
 GRU_GAMMA = 0.8  # gru (authors' gamma_gru): ema <- 0.8·g_r + 0.2·ema, from ema = 0
 
@@ -219,7 +219,7 @@ def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: 
               state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """BLUR (global): g_r ← g_r − ⟨g_r,g_f⟩/(‖g_f‖²+ε)·g_f ALWAYS, then g = γ·g_f + α·g_r.
 
-    Read from METHODS.md §2 (no conflict test in its table row) and BLUR's published code: the
+    Read from docs/METHODS.md §2.2 (no conflict test in its table row) and BLUR's published code: the
     projection is unconditional, so unlike the other rules blur does NOT reduce to `sum` on aligned
     gradients; it does when ⟨g_r, g_f⟩ = 0. Its two scalars are summed over shards with `reduce`.
     """

@@ -115,8 +115,10 @@ CASES = [
           "continual unlearning is evaluated on QA rows"),
     # --- data
     _case("data-source-unset", ["data.source="], "data.source is not set"),
-    _case("data-source-missing", ["data.source={tmp}/nothing"], "is neither a file, a directory, nor a hub dataset id"),
+    _case("data-source-missing", ["data.source={tmp}/nothing"], "is neither a file, a directory, a hub dataset id (owner/name with a split) nor a data set shipped"),
     _case("forget-split-missing", ["data.forget_split=nope"], "no split 'nope'"),
+    _case("shipped-tofu-split-unknown", ["data.source=tofu", "data.forget_split=forget02"],
+          "no split 'forget02' in the shipped tofu data; the splits shipped are: forget01, forget01_perturbed,"),
     _case("forget-retain-overlap", ["data.retain_split=full"], "also appear in the retain set"),
     _case("malformed-json-line", BAD + ["data.forget_split=badjson"], "badjson.jsonl:2: invalid JSON"),
     _case("empty-data-file", BAD + ["data.forget_split=empty"], "the split is empty"),
@@ -352,7 +354,7 @@ def test_validate_accepts_what_unlearn_accepts(ctx, tmp_path, capsys):
             "method.forget_args={tau: 1, layers: [-1]}", "method.allow_unusual_tau=true"]
     rc, out, err = _run(args, capsys)
     assert rc == 0, err
-    assert "valid:" in out and "2 layers" in out and "1 safetensors file" in out
+    assert "valid (unlearn config):" in out and "2 layers" in out and "1 safetensors file" in out
     assert list((tmp_path / "empty").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
 

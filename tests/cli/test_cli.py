@@ -264,7 +264,7 @@ def test_validate_checks_a_recipe_without_training(world_dir, target_dir, tmp_pa
             f"data.source={world_dir}", "eval.retain_model=null", f"output_dir={tmp_path / 'o'}"]
     assert main(base) == 0
     out = capsys.readouterr().out
-    assert "valid:" in out and "rule pcgrad" in out and "29 forget" not in out  # small world: 1 author
+    assert "valid (unlearn config):" in out and "rule pcgrad" in out and "29 forget" not in out  # small world: 1 author
     assert not (tmp_path / "o").exists()
     _fails(base + ["data.retain_split=full"], capsys, "also appear in the retain set")
     _fails(base + ["method.combine.rule=sagoo"], capsys, "valid names:")

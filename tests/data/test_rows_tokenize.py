@@ -124,10 +124,10 @@ def test_chat_template_prompt_is_masked(small_tok):
     assert e.input_ids[-1] == tok.eos_token_id and tok.decode(e.labels[n_prompt:]).strip().startswith("In Orla.")
 
 
-def test_missing_tofu_copy_points_to_the_hub(tmp_path):
-    """A preset's ../shared/data/tofu on a machine without it: the error says where TOFU comes from."""
+def test_a_missing_source_says_that_tofu_ships_with_obliviate(tmp_path):
+    """An old preset's path to a TOFU copy that is not there: the error names data.source=tofu."""
     from obliviate.data.rows import load_split
     from obliviate.errors import DataError
 
-    with pytest.raises(DataError, match="data.source=locuslab/TOFU"):
-        load_split(str(tmp_path / "shared" / "data" / "tofu"), "forget01")
+    with pytest.raises(DataError, match="data.source=tofu"):
+        load_split(str(tmp_path / "data" / "tofu"), "forget01")

@@ -121,7 +121,7 @@ def test_other_bad_sources(tmp_path):
 
 
 def test_hub_path_splits_config_and_validates(monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    import datasets
     calls = []
 
     def fake_load(repo, config=None, split=None):

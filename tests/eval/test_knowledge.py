@@ -172,6 +172,13 @@ def test_repeated_questions_never_land_in_forget_and_retain():
     assert twin not in sp.retain + sp.heldout + sp.neighbours
 
 
+def test_a_quick_probe_keeps_the_first_facts_of_each_family_in_order():
+    facts = [FR_CAP, FR_CUR, DE_CAP, JP_CUR, JP_CAP, US_CUR, AU]
+    assert K.first_per_family(facts, 2) == [FR_CAP, FR_CUR, DE_CAP, JP_CUR, AU]
+    assert K.first_per_family(facts, 1) == [FR_CAP, FR_CUR, AU]
+    assert K.first_per_family(facts, None) == facts
+
+
 def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, monkeypatch):
     """Hand-set losses: item 1's gold (index 2) has the lowest loss, item 2's gold (index 0) does not; the options
     are scored inside the original reply's sentence."""

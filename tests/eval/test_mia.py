@@ -188,7 +188,7 @@ def test_batched_scores_equal_one_at_a_time(trained_small, small_tok, small_worl
             np.testing.assert_allclose(a, b, atol=1e-5)
     assert all(np.array_equal(a, b) for a, b in zip(batched.correct, single.correct))
     np.testing.assert_allclose(batched.avg_loss, single.avg_loss, atol=1e-5)
-    # on QA rows the LOSS score is exactly METRICS.md avg_loss
+    # on QA rows the LOSS score is exactly docs/METRICS.md §1.1 avg_loss
     pairs = [(r.question, r.answer) for r in items[:8]]
     np.testing.assert_allclose(batched.avg_loss[:8], batched_avg_loss(trained_small, small_tok, pairs, max_length=64),
                                atol=1e-6)

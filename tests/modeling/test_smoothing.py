@@ -356,7 +356,7 @@ def test_negative_layer_index_counts_from_the_end() -> None:
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft 0.21 on transformers 5
 def test_lora_base_teacher_by_toggling_smoothing() -> None:
     """The LoRA-base teacher: smooth the student itself, run with adapters disabled, then remove smoothing."""
-    peft = pytest.importorskip("peft")
+    import peft
     model, batch = build("llama"), make_batch()
     stock, teacher = logits(model, batch), logits(smoothed_teacher(model, 2.0), batch)
     student = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))

@@ -1,4 +1,4 @@
-"""Baseline forget objectives and the AP retain term: hand-worked values and the properties METHODS.md §3 asks."""
+"""Baseline forget objectives and the AP retain term: hand-worked values, properties of docs/METHODS.md §3, §4."""
 import math
 
 import pytest
@@ -59,7 +59,7 @@ def test_simnpo_hand_value_and_both_forms_agree():
     beta, delta = 2.0, 1.5 - LN3 / 2
     got = fn("simnpo")(pol, beta=beta, delta=delta)
     assert got.item() == pytest.approx(math.log(4 / 3), abs=1e-12)
-    # form 1 of METHODS.md, -(2/β)·mean log σ(-β·(logp/|y| + δ)), on a random batch equals the implemented
+    # form 1 of docs/METHODS.md §3.3, -(2/β)·mean log σ(-β·(logp/|y| + δ)), on a random batch equals the implemented
     # form 2, -(2/β)·mean log σ(β·(NLL - δ)), for either sign of δ
     torch.manual_seed(0)
     rows = lp((-3 * torch.rand(4, 5)).tolist(), [[1] * 5, [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [0, 1, 1, 0, 0]])

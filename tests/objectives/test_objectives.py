@@ -83,7 +83,7 @@ def test_unknown_objective_lists_valid_names():
         FORGET.get("gradient_ascent")
 
 
-# What one step of each objective must do on the forget batch (METHODS.md §3 / the contract).
+# What one step of each objective must do on the forget batch (docs/METHODS.md §3 / the contract).
 DIRECTION = {"ga": "forget_down", "npo": "forget_down", "simnpo": "forget_down", "wga": "forget_down",
              "satimp": "forget_down", "undial": "forget_down", "me": "entropy_up", "asu": "teacher",
              "idk": "refusal_up", "dpo": "prefer_refusal", "idk_dpo": "prefer_refusal", "rmu": "hidden_to_target"}

@@ -1,4 +1,4 @@
-"""Continual unlearning (METHODS.md §1): requests cut by author, θ0 chained, every earlier request re-evaluated."""
+"""Continual unlearning (docs/METHODS.md §1.5): requests cut by author, θ0 chained, earlier requests re-evaluated."""
 import copy
 
 import pytest

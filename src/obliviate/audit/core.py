@@ -26,6 +26,7 @@ from obliviate.audit.probes import (
 )
 from obliviate.audit.verdict import AttackRow, console_verdict, mark_headlines, recovered_share
 from obliviate.data.rows import QARow
+from obliviate.progress import track
 
 REF_RETAIN = "retain model under the same attack"
 REF_UNLEARNED = "unlearned model without attack"
@@ -272,7 +273,7 @@ def run_audit(model: Any, original: Any, tokenizer: Any, forget: Sequence[QARow]
     log(f"audit: {len(forget)} forget rows, K = {metric}; without attack: "
         + ", ".join(f"{k} {v['k']:.3f}" if v["k"] is not None else f"{k} n/a" for k, v in baseline.items()))
     rows: list[AttackRow] = []
-    for attack in cfg.attacks:
+    for attack in track(list(cfg.attacks), f"audit: {len(cfg.attacks)} attacks"):
         t = time.perf_counter()
         if attack == "relearn":
             if len(forget) < 2 or not retain_rows:

@@ -161,15 +161,34 @@ def load_file(path: str | Path) -> list[QARow]:
     return parse_file(path, row_from_record, "the split is empty; it needs at least one question/answer row")
 
 
+BUILTIN_SOURCES = {"tofu": "TOFU (Maini et al. 2024, MIT licence), every split of locuslab/TOFU"}
+
+
+def builtin_dir(name: str) -> Path:
+    """The folder of a data set shipped inside the package (`obliviate/resources/<name>/`)."""
+    return Path(__file__).resolve().parents[1] / "resources" / name
+
+
+def resolve_source(source: str | Path) -> Path | str:
+    """A data source with its short name resolved: `tofu` -> the shipped TOFU folder; anything else unchanged.
+
+    A short name always means the shipped copy (a local folder of that name is `./tofu`), so a config reads
+    the same data wherever it is run from.
+    """
+    return builtin_dir(str(source)) if str(source) in BUILTIN_SOURCES else source
+
+
 def split_file(directory: Path, split: str) -> Path:
     """The file of `split` in a TOFU-style directory (split.jsonl or split.json)."""
     for ext in (".jsonl", ".json"):
         cand = directory / f"{split}{ext}"
         if cand.is_file():
             return cand
-    have = sorted(p.stem for p in directory.glob("*.json*"))
+    have = ", ".join(sorted(p.stem for p in directory.glob("*.json*"))) or "none"
+    if directory.resolve() in {builtin_dir(n) for n in BUILTIN_SOURCES}:
+        raise DataError(f"no split {split!r} in the shipped {directory.name} data; the splits shipped are: {have}")
     raise DataError(f"no split {split!r} in {directory} (looked for {split}.jsonl / {split}.json); "
-                    f"splits there: {', '.join(have) or 'none'}")
+                    f"splits there: {have}")
 
 
 def load_hub(repo_id: str, split: str) -> list[QARow]:
@@ -191,8 +210,8 @@ def load_hub(repo_id: str, split: str) -> list[QARow]:
 
 
 def load_split(source: str | Path, split: str | None = None) -> list[QARow]:
-    """Rows of `split` from a file, a TOFU-style directory, or a hub dataset id."""
-    path = Path(source)
+    """Rows of `split` from a shipped data set (`tofu`), a file, a TOFU-style directory, or a hub dataset id."""
+    path = Path(resolve_source(source))
     if path.is_file():
         return load_file(path)
     if path.is_dir():
@@ -201,10 +220,9 @@ def load_split(source: str | Path, split: str | None = None) -> list[QARow]:
         return load_file(split_file(path, split))
     if str(source).count("/") == 1 and not str(source).startswith((".", "/")) and split:
         return load_hub(str(source), split)
-    hint = ("; the TOFU presets read a local copy at ../shared/data/tofu: elsewhere pass data.source=locuslab/TOFU "
-            "(the hub) or a directory of TOFU's <split>.jsonl files" if "tofu" in str(source).lower() else "")
-    raise DataError(f"data source {str(source)!r} is neither a file, a directory, nor a hub dataset id "
-                    f"(owner/name with a split){hint}")
+    raise DataError(f"data source {str(source)!r} is neither a file, a directory, a hub dataset id (owner/name "
+                    f"with a split) nor a data set shipped with obliviate ({', '.join(BUILTIN_SOURCES)}); "
+                    "for TOFU pass data.source=tofu")
 
 
 def check_disjoint(forget: Sequence[QARow], retain: Sequence[QARow]) -> None:

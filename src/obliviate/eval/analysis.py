@@ -20,6 +20,7 @@ from obliviate.data.rows import QARow
 from obliviate.data.tokenize import collate, encode_qa, has_chat_template, pad_id
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.smoothing import attention_entropy, smoothed_teacher
+from obliviate.progress import track
 
 FACTUAL, FUNCTIONAL, OTHER = 1, 0, -1
 _QUOTED = re.compile(r"'[^']+'|\"[^\"]+\"")
@@ -151,17 +152,17 @@ def calibrate(model: Any, tokenizer: Any, rows: Sequence[QARow], taus: Sequence[
     base = token_logprobs(model, tokenizer, rows, batch_size=batch_size, max_length=max_length)
     classes = classes_for(tokenizer, rows, base)
     grid = []
-    for layers in layer_sets:
-        for tau in taus:
-            teacher = smoothed_teacher(model, tau, layers)
-            shift = class_shift(base, token_logprobs(teacher, tokenizer, rows, batch_size=batch_size,
-                                                     max_length=max_length), classes)
-            grid.append({"tau": float(tau), "layers": None if layers is None else list(layers),
-                         "factual_shift": shift.factual, "functional_shift": shift.functional,
-                         "selectivity": shift.selectivity, "n_factual": shift.n_factual,
-                         "n_functional": shift.n_functional,
-                         "admissible": bool(shift.functional >= -functional_budget)})
-            del teacher
+    settings = [(layers, tau) for layers in layer_sets for tau in taus]
+    for layers, tau in track(settings, f"calibrating: {len(settings)} (tau, layers) settings"):
+        teacher = smoothed_teacher(model, tau, layers)  # one at a time, dropped before the next
+        shift = class_shift(base, token_logprobs(teacher, tokenizer, rows, batch_size=batch_size,
+                                                 max_length=max_length), classes)
+        grid.append({"tau": float(tau), "layers": None if layers is None else list(layers),
+                     "factual_shift": shift.factual, "functional_shift": shift.functional,
+                     "selectivity": shift.selectivity, "n_factual": shift.n_factual,
+                     "n_functional": shift.n_functional,
+                     "admissible": bool(shift.functional >= -functional_budget)})
+        del teacher
     best = recommend(grid, functional_budget, min_factual)
     return {"grid": grid, "recommended": best, "functional_budget": functional_budget, "min_factual": min_factual,
             "note": None if best else "no setting kept functional tokens within the budget; raise it or lower tau"}

@@ -1,5 +1,5 @@
 """FE and MU as the closer-look protocol defines them (Yuan et al. 2024, "A Closer Look at Machine
-Unlearning for Large Language Models"; METRICS.md "FE and MU as the ASU paper reports them").
+Unlearning for Large Language Models"; docs/METRICS.md §4, the FE and MU the ASU paper reports).
 
 Six numbers per split, built on tofu.py's SplitResult (nothing is generated twice):
 - ROUGE-L recall and Probability: tofu.py's, unchanged (ra/wf Prob normalised over perturbed answers).

@@ -1,4 +1,4 @@
-"""Fluency of generated answers (METRICS.md "What the seeds care about": coherent, non-gibberish output).
+"""Fluency of generated answers (docs/METRICS.md §5): is the output coherent, not gibberish?
 
 Definitions (chosen here, fixed by the tests):
 - token_entropy: Shannon entropy of the frequency distribution of the text's tokens divided by

@@ -2,7 +2,7 @@
 
 Both sort their inputs by token length so that a batch holds examples of similar length (less
 padding, less wasted compute) and return results in the caller's order. Generation follows
-METRICS.md: greedy, left padding, KV cache, cut at EOS. Losses go through `forward_stats`, the one
+docs/METRICS.md §1.1: greedy, left padding, KV cache, cut at EOS. Losses go through `forward_stats`, the one
 place that computes token log-probs, so `avg_loss` here is exactly `TokenStats.nll`.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import Tensor
 
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id, prompt_ids
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats
+from obliviate.progress import phase
 
 
 @contextmanager
@@ -105,14 +106,15 @@ def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_
 
 @torch.no_grad()
 def greedy_ids(model: Any, tokenizer: Any, prompts: Sequence[list[int]], *, max_new_tokens: int,
-               batch_size: int) -> list[str]:
+               batch_size: int, desc: str = "generating") -> list[str]:
     """Greedy continuations of prompt ids, batched in length order, returned in input order."""
     eos = stop_ids(model, tokenizer)
     out = [""] * len(prompts)
-    with eval_mode(model):
+    with eval_mode(model), phase(desc, len(prompts)) as advance:
         for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
             for i, text in zip(idx, _greedy_batch(model, tokenizer, [list(prompts[i]) for i in idx], max_new_tokens, eos)):
                 out[i] = text
+            advance(len(idx))
     return out
 
 
@@ -126,10 +128,12 @@ def answer_budgets(prompt_lengths: Sequence[int], max_new_tokens: int, max_total
 
 @torch.no_grad()
 def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, max_new_tokens: int = 200,
-                     batch_size: int = 16, max_total_tokens: int | None = None) -> list[str]:
-    """Greedy answers to `questions` (METRICS.md "Generation"; TOFU uses 200 new tokens), in input order.
+                     batch_size: int = 16, max_total_tokens: int | None = None,
+                     desc: str = "generating answers") -> list[str]:
+    """Greedy answers to `questions` (docs/METRICS.md §1.1; TOFU uses 200 new tokens), in input order.
 
     max_total_tokens (closer-look: 200) bounds prompt + answer per row instead; a prompt that fills it gets "".
+    A call that runs over 10 s shows its progress as `desc` (obliviate.progress).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -137,8 +141,9 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, ma
     budgets = answer_budgets([len(p) for p in prompts], max_new_tokens, max_total_tokens)
     eos_ids = stop_ids(model, tokenizer)
     answers = [""] * len(prompts)
-    with eval_mode(model):
+    with eval_mode(model), phase(desc, len(prompts)) as advance:
         for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
+            advance(len(idx))
             idx = [i for i in idx if budgets[i] >= 1]
             if not idx:
                 continue
@@ -152,8 +157,8 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, ma
 
 @torch.no_grad()
 def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32,
-                     max_length: int = 256, share_prompts: bool = True) -> np.ndarray:
-    """Per-example mean answer NLL `avg_loss(q, a)` (METRICS.md) of (question, answer) pairs -> [N] float64.
+                     max_length: int = 256, share_prompts: bool = True, desc: str = "scoring answers") -> np.ndarray:
+    """Per-example mean answer NLL `avg_loss(q, a)` (docs/METRICS.md §1.1) of (question, answer) pairs -> [N] float64.
 
     With `share_prompts`, answers to the same question (TOFU scores the answer, its paraphrase and five
     perturbed answers of each question) are scored after ONE forward of their shared prompt (`_shared_losses`),
@@ -164,11 +169,12 @@ def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]
     pad = pad_id(tokenizer)
     groups = prompt_groups(encoded) if share_prompts and batch_size > 1 else []  # batch 1: one example at a time
     shared = [g for g in groups if len(g) > 1]
-    with eval_mode(model):
+    with eval_mode(model), phase(desc, len(encoded)) as advance:
         if shared and _sharing_is_exact(model, encoded, shared[0], pad, device):
             for chunk in _group_chunks(shared, batch_size):
                 idx = [i for g in chunk for i in g]
                 losses[idx] = _shared_losses(model, [[encoded[i] for i in g] for g in chunk], pad, device)
+                advance(len(idx))
             done = {i for g in shared for i in g}
         else:
             done = set()
@@ -177,6 +183,7 @@ def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]
             idx = [rest[j] for j in part]
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
             losses[idx] = forward_stats(model, batch, keep_logits=False).nll.double().cpu().numpy()
+            advance(len(idx))
     return losses
 
 

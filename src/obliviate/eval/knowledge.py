@@ -103,6 +103,19 @@ def unique_questions(facts: Sequence[Fact]) -> list[Fact]:
     return out
 
 
+def first_per_family(facts: Sequence[Fact], n: int | None) -> list[Fact]:
+    """The first `n` facts of each family, in order (None: all): a quick probe of every family."""
+    if n is None:
+        return list(facts)
+    count: dict[str, int] = {}
+    out = []
+    for f in facts:
+        count[f.family] = count.get(f.family, 0) + 1
+        if count[f.family] <= n:
+            out.append(f)
+    return out
+
+
 def normalise(text: str) -> str:
     """Lowercase, accents stripped, every non-alphanumeric run -> one space, trimmed."""
     text = unicodedata.normalize("NFKD", text)
@@ -289,7 +302,7 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
         replies = [replies[f.id] for f in facts]  # type: ignore[assignment]
     else:
         replies = generate_answers(model, tokenizer, [f.question for f in facts], max_new_tokens=max_new_tokens,
-                                   batch_size=batch_size)
+                                   batch_size=batch_size, desc="evaluating: answers")
     out: dict[str, Any] = {"generations": {}}
     start = 0
     for name, fs in groups.items():

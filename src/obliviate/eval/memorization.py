@@ -1,4 +1,4 @@
-"""TOFU memorisation extras and MUSE PrivLeak (METRICS.md "TOFU", "Also reported", and "MUSE").
+"""TOFU memorisation extras and MUSE PrivLeak (docs/METRICS.md §1.5 and §2.3).
 
 Extraction strength and exact memorisation both come from one teacher-forced pass: `correct[t]` says whether
 answer token t is the argmax given the gold prefix. Which tokens count follows `token_rule` (mia.TOKEN_RULES):

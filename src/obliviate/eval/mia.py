@@ -1,4 +1,4 @@
-"""Membership-inference attacks (METRICS.md "Membership inference"): per-example scores and their AUCs.
+"""Membership-inference attacks (docs/METRICS.md §3): per-example scores and their AUCs.
 
 Every score follows one orientation: higher = less likely a member. The attacks:
   loss             avg_loss, the mean NLL of the counted tokens (Yeom et al. 2018)

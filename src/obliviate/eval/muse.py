@@ -9,7 +9,7 @@ Layout: a local directory mirroring the hub configs of muse-bench/MUSE-News and 
   raw/forget, retain1, retain2, holdout  {"text"}             training corpora: data.text.load_texts
 Missing parts are allowed (their metrics are left out with a note); a source with none is an error.
 
-Scoring follows MUSE's released code: ROUGE-L F1 of rouge_score with use_stemmer=False (METRICS.md's
+Scoring follows MUSE's released code: ROUGE-L F1 of rouge_score with use_stemmer=False (docs/METRICS.md §1.1's
 general ROUGE stems: pass use_stemmer=True for that), in [0, 1] (MUSE's tables print x100).
 VerbMem: greedy continuation (<= 128 new tokens) of the prompt vs the first 128 tokens of gt (MUSE's
 code counts its BOS among them, so 127 text tokens on Llama).
@@ -208,7 +208,7 @@ def evaluate_muse(model: Any, tokenizer: Any, data: MuseData, *, mia_auc_fn: Mia
     """MUSE metrics (Shi et al. 2024) of MUSE_METRICS that `data` allows, plus notes and per-example results.
 
     mia_auc_fn(model, tokenizer, forget_texts, holdout_texts) -> AUC in MUSE's orientation (see
-    muse_auc; MUSE uses Min-K%, k = 0.4); privleak is left out (with a note) without it.
+    muse_min_k_auc; MUSE uses Min-K%, k = 0.4); privleak is left out (with a note) without it.
     """
     out: dict[str, Any] = {}
     notes: list[str] = []

@@ -1,4 +1,4 @@
-"""TOFU metrics (Maini et al. 2024) exactly as METRICS.md defines them, plus the split evaluator.
+"""TOFU metrics (Maini et al. 2024) exactly as docs/METRICS.md §1 defines them, plus the split evaluator.
 
 Pure metric functions take per-example losses as numpy arrays; `evaluate_split` / `evaluate_tofu`
 run the model (through `generate_answers` and `batched_avg_loss`) and assemble them. A number that
@@ -134,7 +134,7 @@ def _scorer() -> Any:
 
 
 def rouge_recall(generations: Sequence[str], targets: Sequence[str]) -> np.ndarray:
-    """TOFU ROUGE-L recall of each generation against its target (METRICS.md "ROUGE"). -> [N]."""
+    """TOFU ROUGE-L recall of each generation against its target (docs/METRICS.md §1.1). -> [N]."""
     if len(generations) != len(targets):
         raise ValueError(f"rouge_recall: {len(generations)} generations but {len(targets)} targets")
     scorer = _scorer()
@@ -166,7 +166,7 @@ def _nonempty(x: Any, what: str) -> np.ndarray:
 
 @dataclass
 class SplitResult:
-    """Per-example results of one split ([N] arrays; None where METRICS.md's definition cannot apply)."""
+    """Per-example results of one split ([N] arrays; None where docs/METRICS.md §1 cannot define them)."""
 
     kind: str
     avg_loss: np.ndarray
@@ -206,14 +206,15 @@ def _split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: li
         pairs += [(r.question, c) for r, c in zip(rows, correct)]
     if k is not None:
         pairs += [(r.question, p) for r in rows for p in r.perturbed_answer]
-    losses = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length)
+    losses = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length,
+                              desc="evaluating: answer likelihoods")
     end = 2 * n if correct is not None else n
     return losses[:n], (losses[n:end] if correct is not None else None), (losses[end:].reshape(n, k) if k else None)
 
 
 def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: Kind, max_new_tokens: int = 200,
                    batch_size: int = 16, max_length: int = 256, max_total_tokens: int | None = None) -> SplitResult:
-    """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (METRICS.md "TOFU").
+    """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (docs/METRICS.md §1).
 
     max_total_tokens bounds prompt + generated answer (closer-look protocol: 200) instead of max_new_tokens.
     """
@@ -240,7 +241,8 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
         prob = None
         notes.append("prob not computed: real-authors/world-facts Prob is normalised over perturbed answers")
     generations = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
-                                   batch_size=batch_size, max_total_tokens=max_total_tokens)
+                                   batch_size=batch_size, max_total_tokens=max_total_tokens,
+                                   desc=f"evaluating {kind}: answers")
     rouge = rouge_recall(generations, [r.answer for r in rows])
     aggregate = forget_truth_ratio if kind == "forget" else retain_truth_ratio
     summary = {

@@ -23,7 +23,6 @@ live once); the memory estimate counts every example of the side (an upper bound
 """
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field

@@ -26,7 +26,7 @@ def has_adapters(model: torch.nn.Module) -> bool:
 
 
 class FrozenModels:
-    """θ0 giving reference stats, and teacher stats with attention temperature (METHODS.md §1).
+    """θ0 giving reference stats, and teacher stats with attention temperature (docs/METHODS.md §1.1, §7).
 
     Full fine-tuning: one frozen deep copy serves both roles (smoothing is toggled), so memory is
     one extra model. LoRA: the student with adapters disabled IS θ0 (adapters start at zero and

@@ -130,25 +130,30 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(f"converting {file.name} to float32 safetensors in {target} (once; later loads reuse it)")
-    model, tok = _read_gguf(file)
-    plain = plain_copy(model)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     from obliviate.paths import current_umask
+    from obliviate.progress import phase
 
-    tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the cache is an ordinary directory
-    try:
-        plain.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        info = {"source": str(file), "sha256": file_sha256(file), "bytes": file.stat().st_size,
-                "convert_seconds": round(time.perf_counter() - t0, 1)}
-        (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    with phase(f"converting {file.name} (read and dequantise, write, hash)", 3) as advance:
+        model, tok = _read_gguf(file)
+        plain = plain_copy(model)
+        advance(1)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         try:
-            tmp.rename(target)
-        except OSError:  # another process finished the same conversion first: keep theirs
-            if not (target / MARKER).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the cache is an ordinary directory
+            plain.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            advance(1)
+            info = {"source": str(file), "sha256": file_sha256(file), "bytes": file.stat().st_size,
+                    "convert_seconds": round(time.perf_counter() - t0, 1)}
+            (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            try:
+                tmp.rename(target)
+            except OSError:  # another process finished the same conversion first: keep theirs
+                if not (target / MARKER).is_file():
+                    raise
+            advance(1)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

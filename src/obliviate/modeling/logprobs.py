@@ -93,7 +93,7 @@ class TokenStats:
 
     @property
     def logp(self) -> Tensor:
-        """[B] summed answer log-prob `logp_θ(y|x)` (METHODS.md notation)."""
+        """[B] summed answer log-prob `logp_θ(y|x)` (docs/METHODS.md, Notation)."""
         return (self.token_logp * self.mask).sum(-1)
 
     @property
@@ -323,7 +323,7 @@ def masked_token_kl(p: TokenStats, q: TokenStats, reduction: str = "example") ->
 
 @torch.no_grad()
 def per_example_avg_loss(model: torch.nn.Module, batch: Mapping[str, Any]) -> Tensor:
-    """[B] mean answer-token NLL of each example (METRICS.md `avg_loss`), no gradients kept."""
+    """[B] mean answer-token NLL of each example (docs/METRICS.md §1.1 `avg_loss`), no gradients kept."""
     return forward_stats(model, batch, keep_logits=False).nll
 
 

@@ -1,4 +1,4 @@
-"""Forget objectives (METHODS.md §1, §3): pure functions of TokenStats returning a loss to minimise.
+"""Forget objectives (docs/METHODS.md §1, §3): pure functions of TokenStats returning a loss to minimise.
 
 Shapes: every TokenStats is [B, T-1] (logits [B, T-1, V]); `.logp` [B] sums answer-token log-probs,
 `.nll` [B] is their per-token mean. Token-level losses take `reduction`: "token" pools every answer
@@ -74,7 +74,7 @@ def simnpo(policy: TokenStats, *, beta: float = 4.5, delta: float = 0.0) -> Tens
     """SimNPO (Fan et al. 2024): −(2/β)·mean log σ(−β·(logp_θ/|y| + δ)); [B] -> scalar.
 
     logp_θ/|y| = −NLL_θ, so the argument −β·(−NLL_θ + δ) = β·(NLL_θ − δ): the two forms in
-    METHODS.md are one loss. Sign of δ: it is SUBTRACTED from the mean NLL inside β (as in the
+    docs/METHODS.md §3.3 are one loss. Sign of δ: it is SUBTRACTED from the mean NLL inside β (as in the
     SimNPO authors' code); the paper's equation −(2/β) log σ(−(β/|y|)·logp_θ − γ) has its margin
     outside β, so γ_paper = β·δ. (The table's γ 0.125 is the forget weight, not this margin.)
     Hand check: NLL = 1.5, β = 2, δ = 1.5 − ln(3)/2: β·(NLL − δ) = ln 3, loss = −ln(3/4) ≈ 0.2877.
@@ -168,7 +168,7 @@ def weighted_nll_ascent(policy: TokenStats, weight: Tensor, reduction: str) -> T
 
 @forget_objective("wga")
 def wga(policy: TokenStats, *, beta: float = 1.0, reduction: str = "token") -> Tensor:
-    """WGA (Yang et al. 2025, loss reweighting): −mean_t[sg(p_t^β)·NLL_t]; token_logp [B, T-1] -> scalar.
+    """WGA (Wang et al., ICLR 2025, loss reweighting): −mean_t[sg(p_t^β)·NLL_t]; token_logp [B, T-1] -> scalar.
 
     The mean divides by the number of answer tokens, not by Σ w. Hand check: β = 1, p = (½, ¼),
     one example: −(½·ln 2 + ¼·2 ln 2)/2 = −ln(2)/2 ≈ −0.3466.

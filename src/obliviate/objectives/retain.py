@@ -1,4 +1,4 @@
-"""Retain terms (METHODS.md §1, §3): keep the model useful on the retain batch.
+"""Retain terms (docs/METHODS.md §4; the ASU recipes: §1.3): keep the model useful on the retain batch.
 
 Token-level terms take `reduction` ("token" pools the batch's answer tokens, "example" averages per
 example then over examples; obliviate.modeling.logprobs.answer_mean); the default of each is what

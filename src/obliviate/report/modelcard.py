@@ -42,7 +42,7 @@ def _measured(after: Mapping[str, Any] | None) -> list[str]:
 
     table = metrics_markdown(after, title="after").splitlines()[2:]  # drop the title
     return ["Metrics of the unlearned model (the run's own evaluation; the starting model was not "
-            "evaluated by this run). Definitions: the `meaning` column and the project's METRICS.md.", ""] + table
+            "evaluated by this run). Definitions: the `meaning` column and the project's docs/METRICS.md.", ""] + table
 
 
 def model_card(receipt: Mapping[str, Any], examples: Sequence[str], after: Mapping[str, Any] | None) -> str:

@@ -1,4 +1,4 @@
-"""Continual unlearning (METHODS.md §1): forget requests arrive in sequence, each from the last result as θ0;
+"""Continual unlearning (docs/METHODS.md §1.5): forget requests come in sequence, each from the last result as θ0;
 after each request every forget set so far and a fixed retain sample are evaluated again."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class ContinualError(ConfigError, ValueError):
 
 
 def author_groups(rows: Sequence[QARow]) -> list[list[QARow]]:
-    """Rows by `row.author` in order of first appearance; rows without authors: TOFU blocks of 20 (METHODS.md §1)."""
+    """Rows by `row.author` in order of first appearance; without authors, TOFU blocks of 20 (docs/METHODS.md §1.5)."""
     if not rows:
         raise ContinualError("the forget set is empty: there is nothing to cut into requests")
     named = [getattr(r, "author", None) is not None for r in rows]
@@ -73,7 +73,7 @@ def _authors_per_request(n_authors: int, n_requests: int | None, per: int | None
 
 def split_requests(rows: Sequence[QARow], n_requests: int | None = None, *,
                    authors_per_request: int | None = None) -> list[list[QARow]]:
-    """Cut a forget set, in order, into equal requests of whole authors (METHODS.md §1 continual protocol).
+    """Cut a forget set, in order, into equal requests of whole authors (docs/METHODS.md §1.5).
 
     Authors are `row.author` groups, or, when no row has one, blocks of 20 consecutive rows (TOFU's author
     size). With neither count given every author is one request."""
@@ -84,7 +84,7 @@ def split_requests(rows: Sequence[QARow], n_requests: int | None = None, *,
 
 @dataclass
 class ContinualResult:
-    """Per-request training histories and seconds, and the evaluations (METHODS.md §1 continual protocol).
+    """Per-request training histories and seconds, and the evaluations (docs/METHODS.md §1.5).
 
     `steps[k]` = {"request": i (1-based, evaluated after request i), **eval_fn's dict}; the default adds "forget":
     [{"request": j, "rougeL_recall", "fact_recall"} for j = 1..i] and "retain": {"rougeL_recall", "nll"} | None."""
@@ -102,7 +102,7 @@ def _answers(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualCo
 
 
 def _forget_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualConfig) -> dict[str, Any]:
-    """Greedy-answer ROUGE-L recall and fact recall of one request's rows (METHODS.md §1 continual protocol)."""
+    """Greedy-answer ROUGE-L recall and fact recall of one request's rows (docs/METHODS.md §1.5)."""
     answers = _answers(model, tokenizer, rows, cfg)
     return {"rougeL_recall": float(np.mean(rouge_recall(answers, [r.answer for r in rows]))),
             "fact_recall": fact_recall(answers, rows)}
@@ -110,7 +110,7 @@ def _forget_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: Cont
 
 def _retain_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: ContinualConfig,
                     max_length: int) -> dict[str, float] | None:
-    """ROUGE-L recall and mean answer NLL on the fixed retain sample (METHODS.md §1 continual protocol)."""
+    """ROUGE-L recall and mean answer NLL on the fixed retain sample (docs/METHODS.md §1.5)."""
     if not rows:
         return None
     answers = _answers(model, tokenizer, rows, cfg)
@@ -121,7 +121,7 @@ def _retain_metrics(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: Cont
 
 
 def default_eval(tokenizer: Any, retain_rows: Sequence[QARow], cfg: ContinualConfig, max_length: int = 256) -> EvalFn:
-    """Forget metrics of every request seen so far plus retain-sample metrics (METHODS.md §1 continual protocol)."""
+    """Forget metrics of every request seen so far plus retain-sample metrics (docs/METHODS.md §1.5)."""
     sample = list(retain_rows[:RETAIN_SAMPLE])
 
     def evaluate(model: torch.nn.Module, i: int, seen: list[list[QARow]]) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def _request_train(train: TrainConfig, i: int) -> TrainConfig:
 
 
 def rebase_adapters(model: torch.nn.Module) -> None:
-    """LoRA: fold the adapters into the base weights and restart them at zero, so adapters-off = θ0 (METHODS.md §1)."""
+    """LoRA: fold adapters into the base weights, restart them at zero: adapters-off = θ0 (docs/METHODS.md §1.5)."""
     from peft.tuners.lora import LoraLayer
 
     for module in model.modules():
@@ -187,7 +187,7 @@ def run_continual(model: torch.nn.Module, tokenizer: Any, requests: list[list[QA
                   method: MethodConfig, train: TrainConfig, *, eval_fn: EvalFn | None = None, max_length: int = 256,
                   log: Callable[[str], Any] = print, config: ContinualConfig | None = None,
                   accelerator: Any = None) -> ContinualResult:
-    """Unlearn the requests in order, each from the previous result as θ0 (METHODS.md §1 continual protocol)."""
+    """Unlearn the requests in order, each from the previous result as θ0 (docs/METHODS.md §1.5)."""
     cfg = config or ContinualConfig()
     _check_requests(requests, retain_rows, eval_fn is None)
     evaluate = eval_fn or default_eval(tokenizer, retain_rows, cfg, max_length)
@@ -215,7 +215,7 @@ def _num(x: Any) -> str:
 
 
 def continual_table(result: ContinualResult) -> str:
-    """Markdown: a row per evaluation, forget ROUGE-L of requests 1..n, retain ROUGE-L and NLL (METHODS.md §1)."""
+    """Markdown: a row per evaluation; forget ROUGE-L of requests 1..n, retain ROUGE-L, NLL (docs/METHODS.md §1.5)."""
     n = max([result.n_requests] + [len(s.get("forget", [])) for s in result.steps])
     head = ["after request", *[f"forget ROUGE-L r{j}" for j in range(1, n + 1)], "retain ROUGE-L", "retain NLL"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from obliviate.config import TrainConfig
 from obliviate.errors import LaunchError
+from obliviate.progress import progress
 from obliviate.train.checkpoint import Checkpointer
 from obliviate.train.guard import DivergenceGuard, describe_checkpoint
 
@@ -89,7 +90,34 @@ def make_accelerator(cfg: TrainConfig) -> Any:
                           "the work and each write the output. Set train.cpu=true to train on CPUs, or launch one "
                           "process per GPU with torchrun")
     set_seed(cfg.seed)
+    release_group_at_exit(acc)
     return acc
+
+
+_TEARDOWN: list[bool] = []  # whether the exit handler below is registered in this process
+
+
+def release_group_at_exit(accelerator: Any) -> None:
+    """With several processes, destroy the default process group when this process exits (registered once).
+
+    A process that exits with a gloo group alive can abort while the interpreter shuts down (SIGABRT, "terminate
+    called without an active exception"): gloo's worker threads may still hold the work of a collective whose
+    tensors need the interpreter to be freed. An interrupted run (Ctrl-C, an error, a test stopping it) exits
+    that way unless the group is destroyed first, while Python is still alive; atexit runs then. The checkpoint
+    on disk is complete either way (written atomically after a whole step)."""
+    if accelerator.num_processes <= 1 or _TEARDOWN:
+        return
+    import atexit
+
+    atexit.register(_destroy_group)
+    _TEARDOWN.append(True)
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def total_steps(n_examples: int, global_batch: int, cfg: TrainConfig) -> int:
@@ -113,70 +141,13 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tupl
     return opt, sched
 
 
-LOG_EVERY_S = 30.0  # without a terminal: a progress line at least this often (and every ~5% of the steps)
-
-
-class _LogLines:
-    """Progress as plain, flushed log lines, for a stdout that is not a terminal (a pipe, a file, CI, nohup):
-    a live bar there shows nothing until the run ends. One line per ~5% of the steps or every LOG_EVERY_S
-    seconds, whichever comes first, and always the first and the last step; the same interface as rich's
-    Progress as far as run_loop uses it (`add_task`, `update`)."""
-
-    def __init__(self) -> None:
-        self.desc, self.total, self.done, self.start = "train", 1, 0, time.perf_counter()
-        self.shown_step, self.shown_at = -1, self.start
-
-    def __enter__(self) -> _LogLines:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, description: str, total: int, terms: str = "", completed: int = 0) -> int:
-        self.desc, self.total, self.done = description, max(1, int(total)), int(completed)
-        self.start = self.shown_at = time.perf_counter()
-        return 0
-
-    def update(self, task: int, advance: int = 1, terms: str = "") -> None:
-        now, before = time.perf_counter(), self.done
-        self.done += advance
-        first, last = self.shown_step < 0, self.done >= self.total
-        new_bucket = self.done * 20 // self.total > before * 20 // self.total  # crossed a 5% mark
-        if first or last or new_bucket or now - self.shown_at >= LOG_EVERY_S:
-            pct = 100 * self.done // self.total
-            text = f"{self.desc}: step {self.done}/{self.total} ({pct}%) {terms}".rstrip()
-            print(f"{text} elapsed {_clock(now - self.start)}", flush=True)
-            self.shown_step, self.shown_at = self.done, now
-
-
-def _clock(seconds: float) -> str:
-    """14s, 3m05s, 1h02m."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def _progress(enabled: bool, desc: str, steps: int) -> Any:
-    """A live rich bar on a terminal (or in Jupyter), plain log lines (_LogLines) elsewhere, nothing if disabled."""
-    from rich import get_console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = get_console()  # rich's own test: TTY, or FORCE_COLOR / TTY_COMPATIBLE set
-    if enabled and not (console.is_terminal or console.is_jupyter):
-        return _LogLines()
-    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("{task.fields[terms]}"), disable=not enabled, transient=False)
-    return prog
-
-
 @dataclass
 class LossPlan:
     """What the loop optimises: named parts, each computed per micro-batch as (weight, loss).
 
     `compute(micro, part)` returns the part's weight and its loss, already scaled so that the mean
     over ranks is the loss on the whole global micro-batch. With rule "sum" and separate=False the
-    weighted parts share one fused backward. Otherwise (the SAGO family, METHODS.md §2) the parts
+    weighted parts share one fused backward. Otherwise (the SAGO family, docs/METHODS.md §2) the parts
     "forget" and "retain" get their own backward, are accumulated in separate buffers (.grad and
     ONE extra copy), averaged across ranks, and combined once by `obliviate.synthesis.combine_into`,
     which writes each combined tensor into .grad as it is produced (per-tensor rules: peak memory
@@ -202,6 +173,7 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     before the first step, while the model is still θ0) is recorded in each checkpoint and checked on resume.
     A diverging step raises DivergenceError (train/guard.py) before the optimizer or a checkpoint sees it.
     """
+    release_group_at_exit(accelerator)  # an Accelerator made by the caller, not by make_accelerator
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
@@ -218,7 +190,7 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     guard.start(result.history, params)
     plan = _autocast_plan(plan, cfg, accelerator)
     model.train()
-    with _progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
+    with progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="", completed=done)
         for step in range(done + 1, steps + 1):
             t_step = time.perf_counter()

@@ -1,13 +1,14 @@
 """Progress without a terminal: plain, flushed log lines (first step, every ~5% or LOG_EVERY_S, last step)
-instead of a live bar that shows nothing until the end; a terminal keeps the bar; progress=false prints nothing."""
+instead of a live bar that shows nothing until the end; a terminal keeps the bar; progress=false prints nothing.
+Phases (probe, calibration, evaluation, audit) print the same lines once they have run QUIET_FOR_S seconds."""
 import itertools
 import re
 
 import pytest
 import torch
 
+from obliviate import progress as P
 from obliviate.config import TrainConfig
-from obliviate.train import loop
 from obliviate.train.loop import LossPlan, make_accelerator, make_optimizer, run_loop
 
 LINE = re.compile(r"^unlearn npo\+sago: step (\d+)/(\d+) \((\d+)%\) forget -?[\d.]+ retain [\d.]+ grad_norm [\d.]+ "
@@ -68,7 +69,7 @@ def test_73_steps_as_in_the_issue(capsys):
 
 
 def test_time_rule_logs_every_step_when_the_interval_has_passed(capsys, monkeypatch):
-    monkeypatch.setattr(loop, "LOG_EVERY_S", 0.0)
+    monkeypatch.setattr(P, "LOG_EVERY_S", 0.0)
     _run(30)
     assert [int(LINE.match(ln)[1]) for ln in _lines(capsys)] == list(range(1, 31))
 
@@ -82,11 +83,41 @@ def test_a_terminal_keeps_the_rich_bar(monkeypatch):
     from rich.progress import Progress
 
     monkeypatch.setenv("TTY_COMPATIBLE", "0")  # even under `pytest -s` in a terminal
-    assert isinstance(loop._progress(True, "x", 5), loop._LogLines)
+    assert isinstance(P.progress(True, "x", 5), P.LogLines)
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich's switch for "this stdout is a terminal"
-    assert isinstance(loop._progress(True, "x", 5), Progress)
-    assert isinstance(loop._progress(False, "x", 5), Progress)  # disabled: rich's no-op
+    assert isinstance(P.progress(True, "x", 5), Progress)
+    assert isinstance(P.progress(False, "x", 5), Progress)  # disabled: rich's no-op
 
 
 def test_clock():
-    assert [loop._clock(s) for s in (0, 14.9, 65, 3725)] == ["0s", "14s", "1m05s", "1h02m"]
+    assert [P.clock(s) for s in (0, 14.9, 65, 3725)] == ["0s", "14s", "1m05s", "1h02m"]
+
+
+def _clock_at(monkeypatch, times):
+    """time.perf_counter in the progress module returns the given times, one per call."""
+    it = iter(times)
+    monkeypatch.setattr(P.time, "perf_counter", lambda: next(it))
+
+
+def test_a_short_phase_prints_nothing_in_a_log(capsys, monkeypatch):
+    _clock_at(monkeypatch, [0.0, 0.0] + [9.9] * 5)  # start (twice: init, add_task), then 5 updates within 10 s
+    assert list(P.track(range(5), "probe")) == [0, 1, 2, 3, 4]
+    assert capsys.readouterr().out == ""
+
+
+def test_a_long_phase_prints_lines_after_the_quiet_time(capsys, monkeypatch):
+    # 40 units: updates at 1 s ... 40 s; quiet for 10 s, then the first line, every 5% mark, and the last
+    _clock_at(monkeypatch, [0.0, 0.0] + [float(t) for t in range(1, 41)])
+    with P.phase("probe", 40) as advance:
+        for _ in range(40):
+            advance(1)
+    lines = capsys.readouterr().out.splitlines()
+    done = [int(re.match(r"^probe: (\d+)/40 \(\d+%\) elapsed \d+s$", ln)[1]) for ln in lines]
+    assert done == [10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40]
+    assert lines[0] == "probe: 10/40 (25%) elapsed 10s" and lines[-1] == "probe: 40/40 (100%) elapsed 40s"
+
+
+def test_a_phase_on_a_terminal_is_a_transient_bar(monkeypatch, capsys):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    assert P.on_terminal()
+    assert list(P.track(["a", "b"], "calibrate")) == ["a", "b"]

@@ -1,0 +1,89 @@
+"""`obliviate validate` accepts every config some command accepts (demos, finetune, eval, calibrate, unlearn),
+finds the command from the file's keys, and rejects exactly what that command's own pre-flight rejects."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from obliviate.cli import _config_class, _parser, command_class, main
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+
+
+def _expected_command(path: Path) -> str:
+    if path.parent == CONFIGS and path.stem.startswith("demo"):
+        return "demo"
+    return "finetune" if path.stem.startswith("finetune") else "unlearn"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path):
+    ns = _parser().parse_args(["validate", "--config", str(path)])
+    assert command_class(ns) is _config_class(_expected_command(path), str(path))
+
+
+@pytest.mark.parametrize("text, command", [
+    ("benchmark: mcq\nmcq: {source: x.jsonl}\nmodel: {path: m}\n", "eval"),
+    ("source: tofu\nsplit: forget01\ntaus: [2, 3]\nmodel: {path: m}\n", "calibrate"),
+    ("model: {path: m}\noutput_dir: runs/x\n", "unlearn"),  # fits several: unlearn, as before
+])
+def test_the_command_is_told_by_the_keys(tmp_path, text, command):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    assert command_class(_parser().parse_args(["validate", "--config", str(f)])) is _config_class(command)
+    assert command_class(_parser().parse_args(["validate", "--config", str(f), "--as", "finetune"])) is \
+        _config_class("finetune")
+
+
+def test_the_synthetic_demo_config_validates(capsys):
+    assert main(["validate", "--config", str(CONFIGS / "demo.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("valid (demo config):") and "method ASU_KL: asu + kl, rule sum" in out
+
+
+def _tiny_model(tmp_path, small_tok):
+    from obliviate.modeling.load import save_model
+    from obliviate.modeling.tiny import tiny_llama
+
+    d = tmp_path / "model"
+    save_model(d, tiny_llama(small_tok, hidden_size=32, num_layers=2, seed=0), small_tok)
+    return d
+
+
+def test_the_real_model_demo_config_validates_as_the_demo_checks_it(tmp_path, small_tok, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = _tiny_model(tmp_path, small_tok)
+    args = ["--config", str(CONFIGS / "demo_real.yaml"), f"model.path={model}"]
+    assert main(["validate", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("valid (demo (knowledge) config):") and "forget capitals" in out
+    assert "tau: auto is calibrated first" in out
+    bad = [*args, "knowledge.forget_families=[kapitals]"]
+    assert main(["validate", *bad]) == 2
+    v_err = capsys.readouterr().err
+    assert "knowledge.forget_families: unknown families ['kapitals']" in v_err
+    assert main(["demo", *bad, "output_dir=out"]) == 2  # the demo refuses it the same way, before loading anything
+    assert capsys.readouterr().err == v_err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, extra, expect", [
+    ("finetune", ["data.splits=[fulll]"], "no split 'fulll' in the shipped tofu data"),
+    ("finetune", ["model.path=no/such/dir/here"], "model.path"),
+    ("eval", ["eval.forget_split=nope_perturbed"], "no split 'nope_perturbed'"),
+])
+def test_validate_and_the_command_reject_the_same_input(tmp_path, capsys, monkeypatch, command, extra, expect):
+    monkeypatch.chdir(tmp_path)
+    if command == "finetune":
+        args = ["--config", str(CONFIGS / "tofu" / "finetune_target_tiny.yaml"), *extra, "output_dir=out"]
+    else:
+        f = tmp_path / "eval.yaml"
+        f.write_text(json.dumps({"benchmark": "tofu", "model": {"path": str(tmp_path)}, "eval": {"source": "tofu"}}))
+        args = ["--config", str(f), *extra, "output_dir=out"]
+    assert main(["validate", *args]) == 2
+    v_err = capsys.readouterr().err
+    assert expect in v_err
+    assert main([command, *args]) == 2
+    assert capsys.readouterr().err == v_err and not (tmp_path / "out").exists()

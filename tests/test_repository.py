@@ -1,0 +1,60 @@
+"""The repository stands alone: nothing in it reads or names a path outside it (or the default package index's
+host), and every docs/ file and section the code and the README cite exists."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLACES = ["src", "configs", "tests", "benchmarks", "scripts", "docs", "README.md", "CHANGELOG.md", ".ci/run",
+          "install.sh", "pyproject.toml"]
+# built from pieces so that this file does not match itself
+FORBIDDEN = {".." + "/shared": "a sibling folder users do not have",
+             "shared" + "/data": "a sibling folder users do not have",
+             "shared" + "/docs": "a sibling folder users do not have",
+             "shared" + "/tools": "a sibling folder users do not have",
+             "pypi" + ".org": "the default package index's host (pip's own configuration decides it)"}
+
+
+def _files() -> list[Path]:
+    out = []
+    for place in PLACES:
+        p = ROOT / place
+        cands = [p] if p.is_file() else sorted(p.rglob("*")) if p.is_dir() else []
+        out += [f for f in cands if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f)
+                and f.suffix not in (".pyc", ".png", ".safetensors", ".gguf")]
+    return out
+
+
+def test_nothing_names_a_path_outside_the_repository_or_the_default_index():
+    hits = []
+    for f in _files():
+        text = f.read_text(encoding="utf-8", errors="replace")
+        hits += [f"{f.relative_to(ROOT)}: {pat!r} ({why})" for pat, why in FORBIDDEN.items() if pat in text]
+    assert not hits, "\n".join(hits)
+
+
+def _sections(doc: Path) -> set[str]:
+    """The § numbers of a doc's headings ("## §2 Gradient rules" or "## 2. Gradient rules" -> "2")."""
+    return set(re.findall(r"^#+\s*(?:§\s*)?(\d+(?:\.\d+)*)[.\s]", doc.read_text(encoding="utf-8"), flags=re.M))
+
+
+def test_every_cited_doc_and_section_exists():
+    cited = 0
+    for f in _files():
+        if f.suffix not in (".py", ".md", ".yaml", ".toml") or f.parent.name == "docs":
+            continue
+        text = f.read_text(encoding="utf-8", errors="replace")
+        for name, sec in re.findall(r"\b(METHODS|METRICS|DESIGN)\.md(?:\W{1,3}§\s*(\d+(?:\.\d+)*))?", text):
+            cited += 1
+            doc = ROOT / "docs" / f"{name}.md"
+            assert doc.is_file(), f"{f.relative_to(ROOT)} cites {name}.md, which is not in docs/"
+            assert not sec or sec in _sections(doc), f"{f.relative_to(ROOT)} cites {name}.md §{sec}: no such section"
+    assert cited > 10
+
+
+def test_the_readme_links_the_docs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in ("docs/METHODS.md", "docs/METRICS.md", "docs/DESIGN.md", "docs/results.md", "CHANGELOG.md"):
+        assert f"({name})" in readme, f"the README does not link {name}"
+        assert (ROOT / name).is_file(), name
