@@ -185,6 +185,20 @@ MUTANTS: list[Mutant] = [
     Mutant("receipt: tensor digest without the shape line", "receipt.py",
            "h = hashlib.sha256(f\"{dtype}|{','.join(str(int(s)) for s in shape)}\\n\".encode())",
            "h = hashlib.sha256(f\"{dtype}\\n\".encode())", ("tests/test_receipt.py",)),
+    # issue 17: shipped data, the demo's claims, quick probes, progress in logs, leaving a torchrun launch
+    Mutant("data: the short name tofu not resolved to the shipped copy", "data/rows.py",
+           "return builtin_dir(str(source)) if str(source) in BUILTIN_SOURCES else source", "return source",
+           ("tests/data/test_tofu_shipped.py",)),
+    Mutant("demo claim: ASU_KL may keep 70% of the target's fact recall", "demo.py",
+           'a["forget_fact_recall"] <= 0.6 * t["forget_fact_recall"]',
+           'a["forget_fact_recall"] <= 0.7 * t["forget_fact_recall"]', ("tests/test_demo.py",)),
+    Mutant("knowledge: one fact too few per family", "eval/knowledge.py", "if count[f.family] <= n:",
+           "if count[f.family] < n:", ("tests/eval/test_knowledge.py",)),
+    Mutant("progress: a short phase logs too", "progress.py", "if now - self.start < self.quiet_for:",
+           "if now - self.start < 0:", ("tests/test_progress.py",)),
+    Mutant("end_process: the group destroyed after an error too", "train/loop.py",
+           "if rc == 0 and dist.is_available() and dist.is_initialized():",
+           "if dist.is_available() and dist.is_initialized():", ("tests/train/test_end_process.py",)),
 ]
 
 

@@ -10,9 +10,7 @@ PLACES = ["src", "configs", "tests", "benchmarks", "scripts", "docs", "README.md
           "install.sh", "pyproject.toml"]
 # built from pieces so that this file does not match itself
 FORBIDDEN = {".." + "/shared": "a sibling folder users do not have",
-             "shared" + "/data": "a sibling folder users do not have",
-             "shared" + "/docs": "a sibling folder users do not have",
-             "shared" + "/tools": "a sibling folder users do not have",
+             "shared" + "/": "a path into a sibling folder users do not have",
              "pypi" + ".org": "the default package index's host (pip's own configuration decides it)"}
 
 

@@ -205,8 +205,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `obliviate` console script."""
-    args = _parser().parse_args(argv)
+    """Entry point of the `obliviate` console script; under torchrun every rank leaves through
+    `train.loop.end_process`, which never returns (see there why)."""
+    rc = _main(_parser().parse_args(argv))
+    if "torch.distributed" in sys.modules:  # never imports torch for a light command
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            from obliviate.train.loop import end_process
+
+            end_process(rc)
+    return rc
+
+
+def _main(args: argparse.Namespace) -> int:
+    """Run the parsed command; user errors become one line on stderr and exit status 2, Ctrl-C 130."""
     try:
         return _run(args)
     except ObliviateError as exc:

@@ -69,7 +69,10 @@ def run_auto(out_dir: Path, per_device_batch: int) -> None:
 
 
 if __name__ == "__main__":
+    from obliviate.train.loop import end_process
+
     if sys.argv[3:] == ["auto"]:
         run_auto(Path(sys.argv[1]), int(sys.argv[2]))
     else:
         run(Path(sys.argv[1]), int(sys.argv[2]))
+    end_process(0)  # as the obliviate command leaves a torchrun launch

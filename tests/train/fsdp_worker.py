@@ -102,7 +102,10 @@ def run_resume(out: Path, per_device_batch: int, ckdir: str, stop_after: int) ->
 
 
 if __name__ == "__main__":
+    from obliviate.train.loop import end_process
+
     if sys.argv[2] == "resume":
         run_resume(Path(sys.argv[1]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
     else:
         run(Path(sys.argv[1]), int(sys.argv[2]))
+    end_process(0)  # as the obliviate command leaves a torchrun launch, interrupted or not

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import torch
 from torch import Tensor
@@ -90,34 +92,32 @@ def make_accelerator(cfg: TrainConfig) -> Any:
                           "the work and each write the output. Set train.cpu=true to train on CPUs, or launch one "
                           "process per GPU with torchrun")
     set_seed(cfg.seed)
-    release_group_at_exit(acc)
     return acc
 
 
-_TEARDOWN: list[bool] = []  # whether the exit handler below is registered in this process
+def end_process(rc: int) -> NoReturn:
+    """Leave a multi-process run and exit with status `rc`: on success the ranks meet once more (gloo: a barrier
+    that gives up after 60 s) and the process group is destroyed; then stdout and stderr are flushed and the
+    process exits without the interpreter's finalisation (os._exit).
 
-
-def release_group_at_exit(accelerator: Any) -> None:
-    """With several processes, destroy the default process group when this process exits (registered once).
-
-    A process that exits with a gloo group alive can abort while the interpreter shuts down (SIGABRT, "terminate
-    called without an active exception"): gloo's worker threads may still hold the work of a collective whose
-    tensors need the interpreter to be freed. An interrupted run (Ctrl-C, an error, a test stopping it) exits
-    that way unless the group is destroyed first, while Python is still alive; atexit runs then. The checkpoint
-    on disk is complete either way (written atomically after a whole step)."""
-    if accelerator.num_processes <= 1 or _TEARDOWN:
-        return
-    import atexit
-
-    atexit.register(_destroy_group)
-    _TEARDOWN.append(True)
-
-
-def _destroy_group() -> None:
+    Why not a plain exit: torch keeps the process group alive through references (the device mesh, FSDP's state),
+    so gloo's worker threads and the work they hold can outlive `destroy_process_group` and be torn down while the
+    interpreter finalises, which aborts the process now and then (SIGABRT, "terminate called without an active
+    exception"), also after an interrupted run whose checkpoint is complete. Skipping finalisation skips that.
+    After an error (rc != 0) the other ranks may be anywhere, so nothing waits for them. The `obliviate` command
+    calls this itself under torchrun; a script that drives the library under torchrun may end with it."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if rc == 0 and dist.is_available() and dist.is_initialized():
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=timedelta(seconds=60))
+            dist.destroy_process_group()
+        except Exception as exc:  # a rank that left early: say so, exit anyway
+            print(f"obliviate: leaving the process group: {exc}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def total_steps(n_examples: int, global_batch: int, cfg: TrainConfig) -> int:
@@ -173,7 +173,6 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     before the first step, while the model is still θ0) is recorded in each checkpoint and checked on resume.
     A diverging step raises DivergenceError (train/guard.py) before the optimizer or a checkpoint sees it.
     """
-    release_group_at_exit(accelerator)  # an Accelerator made by the caller, not by make_accelerator
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
