@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 KEYS = (("model_utility", "model utility"), ("forget_fact_recall", "forget fact recall"),
-        ("forget_degenerate_share", "degenerate answers"), ("forget_quality", "forget quality"))
+        ("forget_token_entropy", "token entropy"), ("forget_degenerate_share", "degenerate answers"),
+        ("forget_quality", "forget quality"))
 
 
 def run(seed: int, out: Path, overrides: list[str]) -> dict:

@@ -16,8 +16,10 @@ def _runs(**over):
     """Results shaped like the demo's, at values that make every claim hold; `over` edits one metric."""
     m = {"retain": {"forget_fact_recall": 0.0, "model_utility": 0.75, "forget_degenerate_share": 0.0},
          "target": {"forget_fact_recall": 0.95, "model_utility": 0.81, "forget_degenerate_share": 0.0},
-         "ASU_KL": {"forget_fact_recall": 0.30, "model_utility": 0.79, "forget_degenerate_share": 0.0},
-         "GradDiff": {"forget_fact_recall": 0.0, "model_utility": 0.60, "forget_degenerate_share": 0.9}}
+         "ASU_KL": {"forget_fact_recall": 0.30, "model_utility": 0.79, "forget_degenerate_share": 0.0,
+                    "forget_token_entropy": 0.97},
+         "GradDiff": {"forget_fact_recall": 0.0, "model_utility": 0.60, "forget_degenerate_share": 0.9,
+                      "forget_token_entropy": 0.9}}
     for key, value in over.items():
         model, metric = key.split("__")
         m[model][metric] = value
@@ -33,14 +35,22 @@ def test_every_claim_holds_on_results_that_tell_the_story():
     ({"retain__forget_fact_recall": 0.11}, 0),   # the retain model <= 10%
     ({"ASU_KL__forget_fact_recall": 0.58}, 1),   # ASU_KL keeps <= 60% of the target's 0.95 = 0.57
     ({"ASU_KL__model_utility": 0.759}, 1),       # utility within 0.05 of the target's 0.81
-    ({"ASU_KL__forget_degenerate_share": 0.11}, 1),     # <= 10% degenerate
-    ({"GradDiff__forget_fact_recall": 0.06}, 2),  # GradDiff <= 5% recall
-    ({"GradDiff__forget_degenerate_share": 0.49}, 2),   # >= 50% degenerate
-    ({"GradDiff__model_utility": 0.79}, 2),      # strictly below ASU_KL's utility
+    ({"ASU_KL__forget_degenerate_share": 0.11}, 1),  # <= 10% degenerate
+    ({"ASU_KL__forget_token_entropy": 0.89}, 1),     # token entropy >= 0.9
+    ({"GradDiff__forget_fact_recall": 0.06}, 2),     # GradDiff <= 5% recall
+    ({"GradDiff__forget_degenerate_share": 0.49}, 2),  # broken: >= 50% degenerate (entropy 0.9 is fluent) ...
+    ({"GradDiff__model_utility": 0.79}, 2),          # strictly below ASU_KL's utility
 ])
 def test_each_threshold_breaks_its_own_claim(edit, broken):
     holds = [ok for _, ok in demo_claims(_runs(**edit))]
     assert holds == [i != broken for i in range(3)]
+
+
+@pytest.mark.parametrize("entropy, holds", [(0.75, True), (0.76, False)])
+def test_answers_without_repeated_words_count_as_broken_by_their_token_entropy(entropy, holds):
+    """... or token entropy <= 0.75 ("sssssau": one word, not degenerate by the word rule)."""
+    runs = _runs(GradDiff__forget_degenerate_share=0.07, GradDiff__forget_token_entropy=entropy)
+    assert demo_claims(runs)[2][1] is holds
 
 
 def test_a_metric_the_run_could_not_compute_fails_its_claim():

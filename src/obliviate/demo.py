@@ -99,10 +99,12 @@ def preflight_demo(cfg: DemoConfig, *, need_output: bool = True) -> list[str]:
 
 def demo_claims(runs: dict[str, Any]) -> list[tuple[str, bool]]:
     """The demo's story as checks on its own results: (claim, holds). A claim about a model the run lacks is left
-    out. Thresholds: the target knows >= 80% of the forget facts and the retain model <= 10%; ASU_KL keeps <= 60%
-    of the target's fact recall, model utility within 0.05 of the target's and <= 10% degenerate answers; GradDiff
-    keeps <= 5% fact recall with >= 50% degenerate answers and lower utility than ASU_KL."""
-    nan = float("nan")  # a metric the run could not compute (None) makes its claim fail, never pass
+    out, and a metric the run could not compute makes its claim fail. Thresholds: the target knows >= 80% of the
+    forget facts and the retain model <= 10%; ASU_KL keeps <= 60% of the target's fact recall, model utility within
+    0.05 of the target's and fluent answers (<= 10% degenerate, token entropy >= 0.9); GradDiff keeps <= 5% fact
+    recall with broken answers (>= 50% degenerate or token entropy <= 0.75: "sssssau" is one word, so entropy is
+    what catches it) and lower utility than ASU_KL."""
+    nan = float("nan")
     m = {name: {k: nan if v is None else v for k, v in run["metrics"].items()} for name, run in runs.items()}
     out: list[tuple[str, bool]] = []
     if {"retain", "target"} <= set(m):
@@ -112,11 +114,13 @@ def demo_claims(runs: dict[str, Any]) -> list[tuple[str, bool]]:
         t, a = m["target"], m["ASU_KL"]
         out.append(("ASU_KL forgets facts, keeps model utility and fluent answers",
                     a["forget_fact_recall"] <= 0.6 * t["forget_fact_recall"]
-                    and a["model_utility"] >= t["model_utility"] - 0.05 and a["forget_degenerate_share"] <= 0.1))
+                    and a["model_utility"] >= t["model_utility"] - 0.05
+                    and a["forget_degenerate_share"] <= 0.1 and a["forget_token_entropy"] >= 0.9))
     if {"ASU_KL", "GradDiff"} <= set(m):
         a, g = m["ASU_KL"], m["GradDiff"]
         out.append(("GradDiff forgets by breaking the answers and loses more utility",
-                    g["forget_fact_recall"] <= 0.05 and g["forget_degenerate_share"] >= 0.5
+                    g["forget_fact_recall"] <= 0.05
+                    and (g["forget_degenerate_share"] >= 0.5 or g["forget_token_entropy"] <= 0.75)
                     and g["model_utility"] < a["model_utility"]))
     return out
 
