@@ -121,3 +121,16 @@ def test_a_phase_on_a_terminal_is_a_transient_bar(monkeypatch, capsys):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
     assert P.on_terminal()
     assert list(P.track(["a", "b"], "calibrate")) == ["a", "b"]
+
+
+def test_phases_nest_on_a_terminal(monkeypatch):
+    """The audit's attacks (a phase) run generation phases and a relearning loop with its own bar inside."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    seen = []
+    for outer in P.track([1, 2], "audit"):
+        for inner in P.track([1, 2, 3], "generating"):
+            seen.append((outer, inner))
+        with P.progress(True, "relearn", 2) as prog:
+            task = prog.add_task("relearn", total=2, terms="")
+            prog.update(task, advance=2, terms="")
+    assert len(seen) == 6
