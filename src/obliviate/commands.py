@@ -72,13 +72,14 @@ def _write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None
         print(console_table(results))
 
 
-def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int) -> dict[str, Any]:
-    """TOFU evaluation on the configured splits; eval.retain_model gives forget quality, PrivLeak's
-    retrained reference and the MIA reference model."""
+def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
+              splits: dict[str, list] | None = None) -> dict[str, Any]:
+    """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
+    gives forget quality, PrivLeak's retrained reference and the MIA reference model."""
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
     from obliviate.modeling.load import load_pretrained
 
-    splits = load_eval_splits(source, cfg)
+    splits = load_eval_splits(source, cfg) if splits is None else splits
     retain_tr = retain_model = None
     if cfg.retain_model:
         if "forget" not in splits:
@@ -186,8 +187,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if cfg.model.path == "tiny":
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
-        if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's for its retain model
-            check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer")
+        if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's (checked in the pre-flight)
             tok = load_tokenizer(cfg.model.tokenizer)
         else:
             texts = rows if cfg.data.format == "text" else [t for r in rows for t in (r.question, r.answer)]
@@ -212,12 +212,12 @@ def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     from obliviate.modeling.load import atomic_dir
 
     inputs = eval_inputs(cfg)
-    preflight_eval(cfg)
+    splits, _ = preflight_eval(cfg)
     source = cfg.eval.source or ""
     model, tok = _load(cfg.model)
     label = Path(cfg.model.path).name or cfg.model.path
     if cfg.benchmark == "tofu":
-        metrics = _evaluate(model, tok, source, cfg.eval, cfg.max_length)
+        metrics = _evaluate(model, tok, source, cfg.eval, cfg.max_length, splits)
     else:
         run = {"muse": evaluate_muse_run, "mcq": evaluate_mcq_run, "rwku": evaluate_rwku_run}[cfg.benchmark]
         metrics = {"eval": run(model, tok, getattr(cfg, cfg.benchmark))}
@@ -301,14 +301,14 @@ def validation_lines(cfg: Any) -> list[str]:
     if isinstance(cfg, FinetuneConfig):
         return preflight_finetune(cfg, need_output=False)[1]
     if isinstance(cfg, EvalRunConfig):
-        return preflight_eval(cfg, need_output=False)
+        return preflight_eval(cfg, need_output=False)[1]
     if isinstance(cfg, CalibrateConfig):
         rows = preflight_calibrate(cfg, need_output=False)
         return [f"data: {len(rows)} rows of {cfg.split}", "model: " + check_model_source(cfg.model.path, "model.path")]
     if isinstance(cfg, DemoConfig):
         return preflight_demo(cfg, need_output=False)
     if isinstance(cfg, KnowledgeDemoConfig):
-        return preflight_knowledge(cfg, need_output=False)
+        return preflight_knowledge(cfg, need_output=False)[1]
     raise TypeError(f"no pre-flight for {type(cfg).__name__}")
 
 

@@ -156,9 +156,10 @@ def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
     return facts
 
 
-def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -> list[str]:
+def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -> tuple[list[Fact], list[str]]:
     """Checks of the real-model demo before the model loads (also `obliviate validate`): the output directory,
-    the facts and TOFU splits, the forget families, every method, the model source; lines for `validate`."""
+    the facts and TOFU splits, the forget families, every method, the model source; (the facts, lines for
+    `validate`)."""
     from obliviate.paths import check_model_source, check_output_dir
 
     if need_output or cfg.output_dir:
@@ -169,7 +170,7 @@ def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -
              "model: " + check_model_source(cfg.model.path, "model.path"),
              "methods: " + ", ".join(cfg.methods) + (" (tau: auto is calibrated first)" if cfg.needs_calibration()
                                                      else "")]
-    return lines
+    return facts, lines
 
 
 def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> tuple[dict | None, dict[str, Any]]:
@@ -244,8 +245,8 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     from obliviate.report.markdown import calibration_table, console_table
 
     t0 = time.perf_counter()
-    preflight_knowledge(cfg)
-    kc, facts = cfg.knowledge, probe_facts(cfg.knowledge)
+    facts, _ = preflight_knowledge(cfg)
+    kc = cfg.knowledge
     phase = _phases(log)
     model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()

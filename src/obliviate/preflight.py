@@ -276,12 +276,13 @@ def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
             "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
 
 
-def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> list[str]:
-    """Checks of `obliviate eval` before the model loads (the TOFU splits load); lines for `validate`."""
+def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[dict[str, list] | None, list[str]]:
+    """Checks of `obliviate eval` before the model loads: (the TOFU splits, None for other benchmarks; lines for
+    `validate`)."""
     inputs = eval_inputs(cfg)
     if need_output or cfg.output_dir:
         check_output_dir(need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)
-    lines = [f"benchmark: {cfg.benchmark}"]
+    lines, splits = [f"benchmark: {cfg.benchmark}"], None
     if cfg.benchmark == "tofu":
         from obliviate.eval.runner import load_eval_splits
 
@@ -293,4 +294,4 @@ def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> list[str]
     for key in ("eval.retain_model", "muse.retrain_model"):
         if inputs[key] and key.split(".")[0] == ("eval" if cfg.benchmark == "tofu" else cfg.benchmark):
             lines.append(f"{key}: " + check_model_source(inputs[key], key))
-    return lines
+    return splits, lines

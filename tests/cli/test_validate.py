@@ -13,18 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
-def _expected_command(path: Path) -> str:
-    if path.parent == CONFIGS and path.stem.startswith("demo"):
-        return "demo"
-    return "finetune" if path.stem.startswith("finetune") else "unlearn"
-
-
-@pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
-def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path):
-    ns = _parser().parse_args(["validate", "--config", str(path)])
-    assert command_class(ns) is _config_class(_expected_command(path), str(path))
-
-
 @pytest.mark.parametrize("text, command", [
     ("benchmark: mcq\nmcq: {source: x.jsonl}\nmodel: {path: m}\n", "eval"),
     ("source: tofu\nsplit: forget01\ntaus: [2, 3]\nmodel: {path: m}\n", "calibrate"),
@@ -87,3 +75,23 @@ def test_validate_and_the_command_reject_the_same_input(tmp_path, capsys, monkey
     assert expect in v_err
     assert main([command, *args]) == 2
     assert capsys.readouterr().err == v_err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["demo", "cpu_kernels=avx512"], "cpu_kernels='avx512' is impossible: it must be avx2 or native"),
+    (["demo", "--config", str(CONFIGS / "demo_real.yaml"), "knowledge.max_per_family=0"],
+     "knowledge.max_per_family=0 is impossible: it must be >= 1 or null"),
+])
+def test_the_new_demo_keys_refuse_impossible_values(tmp_path, capsys, monkeypatch, args, expect):
+    monkeypatch.chdir(tmp_path)
+    for command in (args, ["validate", *args[1:]]):
+        assert main([*command, "output_dir=out"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("obliviate: error: ") and expect in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_as_an_unknown_command_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--as", "train", "--config", str(CONFIGS / "demo.yaml")])
+    assert exc.value.code == 2 and "invalid choice: 'train'" in capsys.readouterr().err

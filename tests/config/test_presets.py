@@ -44,6 +44,14 @@ def test_every_yaml_loads(path: Path) -> None:
     load_config(_config_class(_command(path), str(path)), path)
 
 
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path: Path) -> None:
+    from obliviate.cli import _config_class, _parser, command_class
+
+    ns = _parser().parse_args(["validate", "--config", str(path)])
+    assert command_class(ns) is _config_class(_command(path), str(path))
+
+
 @pytest.mark.parametrize("path", UNLEARN, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_methods_name_registered_components(path: Path) -> None:
     """Names only: hyper-parameter keys are checked by `obliviate validate` (resolve_method)."""
