@@ -20,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
                         ("unlearn", "unlearn a forget split from a model, then evaluate it"),
                         ("eval", "evaluate a model on TOFU, MUSE, WMDP/MMLU (multiple choice) or RWKU"),
                         ("calibrate", "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau"),
-                        ("validate", "check any command's config (unlearn, demo, finetune, eval, calibrate: keys, "
+                        ("sweep", "search each method's hyper-parameters (Optuna; one study per method, resumable, "
+                                  "workers share a storage) and write the forget-utility comparison"),
+                        ("validate", "check any command's config (unlearn, demo, finetune, eval, calibrate, sweep: keys, "
                                      "method, data, model files) with that command's own pre-flight, without training")):
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--config", help="YAML recipe (see configs/); optional for demo")
@@ -31,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--as", dest="as_command", choices=VALIDATE_AS,
                             help="the command the config is for (default: told by its keys; `kind: knowledge` is "
                                  "the real-model demo)")
+        if name == "sweep":
+            sp.add_argument("--storage", help="Optuna storage shared by workers: a database URL (sqlite:///f.db, "
+                                              "postgresql://user@host/db) or a journal file (journal:PATH); "
+                                              "default: sqlite in output_dir (= storage)")
+            sp.add_argument("--max-trials", type=int, help="stop this worker after N trials (the rest: other "
+                                                           "workers, or the same command again)")
         if name == "eval":
             sp.add_argument("--benchmark", choices=("tofu", "muse", "mcq", "rwku"), help="what to evaluate on")
             sp.add_argument("--model", help="model directory or hub id (= model.path)")
@@ -39,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
                                             "are used); MCQ: hub config, e.g. wmdp-bio")
             sp.add_argument("--out", help="output directory (= output_dir)")
     sub.add_parser("ls", help="list forget objectives, retain terms, gradient rules and presets")
+    cp = sub.add_parser("compare", help="one report over sweeps, demo and run directories: each method's "
+                                        "forget-utility front and its best trial at matched utility")
+    cp.add_argument("dirs", nargs="+", help="sweep directories (obliviate sweep), demo or unlearn output directories")
+    cp.add_argument("--out", help="where report.md/html, frontier.png and compare.json go (default: the first "
+                                  "directory when it is a sweep, else obliviate-compare)")
     rp = sub.add_parser("report", help="write report.html (tables, plots, answers) for a demo or run directory")
     rp.add_argument("run_dir", help="an obliviate-demo/ or unlearn/eval/finetune output directory")
     rp.add_argument("--out", help="HTML file to write (default: RUN_DIR/report.html)")
@@ -71,11 +84,15 @@ def _config_class(command: str, config_file: str | None = None) -> type:
         from obliviate.demo import DemoConfig
 
         return DemoConfig
+    if command == "sweep":
+        from obliviate.sweep.config import SweepConfig
+
+        return SweepConfig
     return {"finetune": config.FinetuneConfig, "unlearn": config.RunConfig, "eval": config.EvalRunConfig,
             "calibrate": config.CalibrateConfig, "validate": config.RunConfig}[command]
 
 
-VALIDATE_AS = ("unlearn", "demo", "finetune", "eval", "calibrate")  # in this order when a config's keys fit several
+VALIDATE_AS = ("unlearn", "demo", "finetune", "eval", "calibrate", "sweep")  # in this order when a config's keys fit several
 
 
 def _validate_class(config_file: str | None, overrides: Sequence[str], as_command: str | None) -> type:
@@ -155,6 +172,14 @@ def _run(args: argparse.Namespace) -> int:
         from obliviate.audit.cli import run_audit_command
 
         return run_audit_command(args)
+    if args.command == "compare":
+        from pathlib import Path
+
+        from obliviate.sweep.compare import write_compare
+
+        out = args.out or (args.dirs[0] if (Path(args.dirs[0]) / "sweep.yaml").is_file() else "obliviate-compare")
+        print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None)}")
+        return 0
     if args.command == "report":
         from obliviate.commands import run_report
 
@@ -197,6 +222,12 @@ def _run(args: argparse.Namespace) -> int:
         from obliviate.demo import run_demo
 
         run_demo(cfg)
+    elif args.command == "sweep":
+        from obliviate.sweep.run import run_sweep
+
+        if args.max_trials is not None and args.max_trials < 1:
+            raise ObliviateError(f"--max-trials must be >= 1, got {args.max_trials}")
+        run_sweep(cfg, storage=args.storage, max_trials=args.max_trials)
     else:
         from obliviate import commands
 

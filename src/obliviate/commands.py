@@ -309,6 +309,12 @@ def validation_lines(cfg: Any) -> list[str]:
         return preflight_demo(cfg, need_output=False)
     if isinstance(cfg, KnowledgeDemoConfig):
         return preflight_knowledge(cfg, need_output=False)[1]
+    from obliviate.sweep.config import SweepConfig
+
+    if isinstance(cfg, SweepConfig):
+        from obliviate.sweep.run import plan_sweep
+
+        return plan_sweep(cfg).lines
     raise TypeError(f"no pre-flight for {type(cfg).__name__}")
 
 
@@ -320,7 +326,8 @@ def run_validate(cfg: Any) -> dict[str, Any]:
 
 
 COMMAND_OF = {"RunConfig": "unlearn", "FinetuneConfig": "finetune", "EvalRunConfig": "eval",
-              "CalibrateConfig": "calibrate", "DemoConfig": "demo", "KnowledgeDemoConfig": "demo (knowledge)"}
+              "CalibrateConfig": "calibrate", "DemoConfig": "demo", "KnowledgeDemoConfig": "demo (knowledge)",
+              "SweepConfig": "sweep"}
 
 
 KEY_HELP = {

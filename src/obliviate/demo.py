@@ -208,6 +208,75 @@ def cpu_kernels() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()} (MKL_CBWR={os.environ.get('MKL_CBWR', 'unset')})"
 
 
+def _train_models(cfg: DemoConfig, world: Any, log: Any) -> tuple[Any, Any, Any]:
+    """(tokenizer, target, retain model): the retain model is trained on the retain split, then the target
+    continues from it on the full split (module docstring); a base model replaces the tiny one."""
+    from obliviate.data.synthetic import corpus_texts
+    from obliviate.modeling.frozen import frozen_copy
+    from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+    from obliviate.train.unlearn import finetune
+
+    p = cfg.world.forget_percent
+    general = world.splits["real_authors"] + world.splits["world_facts"] + world.splits["pretrain"]
+    if cfg.base_model:
+        from obliviate.modeling.load import load_pretrained
+
+        model, tok = load_pretrained(cfg.base_model)
+    else:
+        tok = train_tokenizer(corpus_texts(world), vocab_size=cfg.tiny.vocab_size)
+        model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
+                           num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
+    log(f"world: {cfg.world.authors} authors ({len(world.splits['full'])} QA), forget{p:02d} = "
+        f"{len(world.splits[f'forget{p:02d}'])} QA; model: {sum(x.numel() for x in model.parameters()):,} parameters")
+    ml = cfg.max_length
+    finetune(model, tok, world.splits[f"retain{100 - p:02d}"] + general, cfg.retain_train, max_length=ml,
+             desc="retain model")
+    retain_model = frozen_copy(model)
+    finetune(model, tok, world.splits["full"] + general, cfg.target_train, max_length=ml, desc="target model")
+    return tok, model, retain_model
+
+
+def _model_settings(cfg: DemoConfig) -> dict[str, Any]:
+    """What the world and its two models depend on (a saved pair is reused only for the same settings)."""
+    keys = ("world", "tiny", "base_model", "max_length", "retain_train", "target_train", "threads", "cpu_kernels")
+    return {k: v for k, v in to_dict(cfg).items() if k in keys}
+
+
+def world_models(cfg: DemoConfig, directory: Path, log: Any = print) -> tuple[Any, Path, Any, Any, Any]:
+    """(world, world directory, tokenizer, target, retain model) of a demo config, built once and kept in
+    `directory` (world/, target/, retain/, settings.json): a later call with the same settings loads them."""
+    import json
+
+    import torch
+
+    from obliviate.data.synthetic import make_world, write_world
+    from obliviate.modeling.load import atomic_dir, load_pretrained, save_model
+
+    settings = _model_settings(cfg)
+    world = make_world(cfg.world.authors, seed=cfg.world.seed, n_pretrain=cfg.world.pretrain_authors,
+                       forget_percents=(cfg.world.forget_percent,))
+    marker = directory / "settings.json"
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == json.loads(json.dumps(settings)):
+        target, tok = load_pretrained(str(directory / "target"))
+        retain_model, _ = load_pretrained(str(directory / "retain"))
+        log(f"  reused the world and its models in {directory}")
+        return world, directory / "world", tok, target.eval(), retain_model.eval()
+    before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        torch.manual_seed(cfg.world.seed)
+        tok, target, retain_model = _train_models(cfg, world, log)
+    finally:
+        torch.set_num_threads(before)
+    with atomic_dir(directory, overwrite=True) as out:
+        write_world(world, out / "world")
+        save_model(out / "target", target, tok)
+        save_model(out / "retain", retain_model, tok)
+        (out / "settings.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
+    return world, directory / "world", tok, target.eval(), retain_model.eval()
+
+
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     """Run the whole story and write results.json, report.md, the world and the models."""
     import torch
@@ -225,16 +294,15 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     """The demo's body (run_demo fixes the thread count around it)."""
     import torch
 
-    from obliviate.data.synthetic import corpus_texts, make_world, write_world
+    from obliviate.data.synthetic import make_world, write_world
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.load import atomic_dir, save_model
     from obliviate.jsonio import write_json
-    from obliviate.modeling.tiny import tiny_llama, train_tokenizer
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report
-    from obliviate.train.unlearn import finetune, unlearn
+    from obliviate.train.unlearn import unlearn
 
     t0 = time.perf_counter()
     preflight_demo(cfg)
@@ -243,24 +311,10 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     world = make_world(cfg.world.authors, seed=cfg.world.seed, n_pretrain=cfg.world.pretrain_authors, forget_percents=(p,))
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         world_dir = write_world(world, out / "world")
-        general = world.splits["real_authors"] + world.splits["world_facts"] + world.splits["pretrain"]
-        if cfg.base_model:
-            from obliviate.modeling.load import load_pretrained
-
-            model, tok = load_pretrained(cfg.base_model)
-        else:
-            tok = train_tokenizer(corpus_texts(world), vocab_size=cfg.tiny.vocab_size)
-            model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
-                               num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
         phase = _phases(log)
-        log(f"world: {cfg.world.authors} authors ({len(world.splits['full'])} QA), forget{p:02d} = "
-            f"{len(world.splits[f'forget{p:02d}'])} QA; model: {sum(x.numel() for x in model.parameters()):,} parameters")
+        tok, target, retain_model = _train_models(cfg, world, log)
         ml = cfg.max_length
         runs: dict[str, Any] = {}
-        finetune(model, tok, world.splits[f"retain{100 - p:02d}"] + general, cfg.retain_train, max_length=ml, desc="retain model")
-        retain_model = frozen_copy(model)
-        finetune(model, tok, world.splits["full"] + general, cfg.target_train, max_length=ml, desc="target model")
-        target = model
         phase("trained retain and target models")
         ev = _eval_config(cfg)
         splits = load_eval_splits(str(world_dir), ev)

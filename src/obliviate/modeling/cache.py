@@ -187,3 +187,17 @@ def complete_topk(top: TopK, student_log_probs: Tensor) -> TokenStats:
     lp = spread.scatter(-1, top.ids, top.vals)
     s = top.stats
     return TokenStats(logits=lp, token_logp=s.token_logp, mask=s.mask, targets=s.targets, _log_probs=lp, packed=s.packed)
+
+
+class CachePool(dict):
+    """RoleCaches kept across runs on the same θ0 (a sweep's trials), at most `max_entries`: the oldest leave
+    first, so a sweep over many teacher temperatures holds a bounded number of teacher caches."""
+
+    def __init__(self, max_entries: int = 8) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+
+    def __setitem__(self, key: Any, value: RoleCache) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.max_entries:
+            del self[next(iter(self))]

@@ -166,12 +166,15 @@ class LossPlan:
 
 def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan,
              cfg: TrainConfig, steps: int, accelerator: Any, optimizer: Any, scheduler: Any,
-             desc: str = "train", fingerprint: Callable[[], dict[str, Any]] | None = None) -> TrainResult:
+             desc: str = "train", fingerprint: Callable[[], dict[str, Any]] | None = None,
+             monitor: Any = None) -> TrainResult:
     """Train for `steps` optimizer steps; returns the per-step history (see module docstring).
 
     With cfg.checkpoint_dir, `fingerprint()` (what decides the trajectory, train/fingerprint.py; called
     before the first step, while the model is still θ0) is recorded in each checkpoint and checked on resume.
     A diverging step raises DivergenceError (train/guard.py) before the optimizer or a checkpoint sees it.
+    With a `monitor` (train/monitor.py), its due steps evaluate the model; the values join that step's history
+    entry as `eval_<metric>` (main process; a monitor under FSDP is refused before training).
     """
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -204,6 +207,9 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
             entry["step_seconds"] = time.perf_counter() - t_step
             if "modules" in extra:
                 result.module_stats.append(extra["modules"])
+            if monitor is not None and accelerator.is_main_process:
+                seen = monitor.after_step(step, steps, accelerator.unwrap_model(model))
+                entry.update({f"eval_{k}": v for k, v in (seen or {}).items() if k != "step"})
             result.history.append(entry)
             shown = {k: v for k, v in entry.items() if k in plan.parts or k in ("grad_norm", "cos_f_r")}
             prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in shown.items()))

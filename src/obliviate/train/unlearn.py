@@ -1,6 +1,8 @@
 """Unlearning and fine-tuning as compositions: encoded data + objective terms + the one loop."""
 from __future__ import annotations
 
+import json
+
 import re
 from dataclasses import dataclass, field
 from functools import partial
@@ -255,7 +257,7 @@ def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | 
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
-           retain_rows: Rows, max_length: int, seed: int) -> tuple[Side, Side | None]:
+           retain_rows: Rows, max_length: int, seed: int, pool: dict | None = None) -> tuple[Side, Side | None]:
     """Encode both sides, with refusal answers for the questions when an objective needs them."""
     if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
         raise ConfigError(f"{method.forget}/{method.retain} answer questions with a refusal, but the data is raw "
@@ -272,25 +274,35 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
                   refusal_twins(retain_rows, 1) if refusals else None)
-    add_caches(CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16), forget, retain)
+    budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16)
+    add_caches(budget, forget, retain, pool=pool, teacher=json.dumps(rm.teacher_kw, sort_keys=True, default=str))
     return forget, retain
 
 
-def add_caches(budget: CacheBudget, *sides: Side | None) -> None:
-    """A θ0 cache for each frozen role the sides' objectives read (hidden states stay live)."""
-    for side in sides:
+def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = None, teacher: str = "") -> None:
+    """A θ0 cache for each frozen role the sides' objectives read (hidden states stay live). With `pool`, a
+    cache is taken from (or left in) it under a key of everything its entries depend on: the side, the role,
+    the objective, the teacher's settings, the cache's mode and the encoded rows themselves (θ0 is the
+    caller's: one pool per θ0)."""
+    for n, side in enumerate(sides):
         if side is None:
             continue
         needs = side.spec.needs
         roles = [r for r in ("teacher", "reference") if r in needs and not (r == "reference" and "hidden" in needs)]
+        if "refusal_reference" in needs and side.refusal_enc is not None:
+            roles.append("refusal_reference")
         for role in roles:
-            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in side.enc))
+            enc = side.refusal_enc if role == "refusal_reference" else side.enc
+            key = (n, role, side.spec.name, teacher if role == "teacher" else "", budget.mode, budget.topk,
+                   budget.bf16, hash(tuple(tuple(e.input_ids) for e in enc)))  # type: ignore[union-attr]
+            if pool is not None and key in pool:
+                side.caches[role] = pool[key]
+                continue
+            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in enc))  # type: ignore[union-attr]
             if cache is not None:
                 side.caches[role] = cache
-        if "refusal_reference" in needs and side.refusal_enc is not None:
-            cache = budget.role(side.spec.name, "refusal_reference", sum(_count(e, "targets") for e in side.refusal_enc))
-            if cache is not None:
-                side.caches["refusal_reference"] = cache
+                if pool is not None:
+                    pool[key] = cache
 
 
 WMDP_PARAM = "mlp.down_proj.weight"  # WMDP's param_ids [6] of a Llama/Mistral decoder layer
@@ -344,10 +356,13 @@ def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tupl
 
 
 def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_rows: Rows,
-            method: MethodConfig, train: TrainConfig, *, max_length: int = 256, accelerator: Any = None) -> TrainResult:
+            method: MethodConfig, train: TrainConfig, *, max_length: int = 256, accelerator: Any = None,
+            monitor: Any = None, cache_pool: dict | None = None) -> TrainResult:
     """Minimise γ·L_F(forget) + α·L_R(retain) from the current weights (θ0) for the configured steps.
 
-    Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted).
+    Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted). `monitor`
+    (train/monitor.py) evaluates during training; `cache_pool` keeps the θ0 caches for the next call on the
+    same rows and θ0 (a sweep's trials: the teacher's and reference's statistics are computed once).
     """
     from obliviate.modeling.frozen import FrozenModels, has_adapters  # smoothing, transformers: not for validate
     from obliviate.train.fsdp import place_frozen, prepare
@@ -356,7 +371,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     if rm.retain is not None and not (is_text(forget_rows) or is_text(retain_rows)):
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
     acc = accelerator or make_accelerator(train)
-    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, cache_pool)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
@@ -389,7 +404,10 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
                          separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
                          rule_state=RuleState() if rm.separate else None)
     name = f"unlearn {method.forget}" + (f"+{rm.rule}" if rm.rule != "sum" else "")
-    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name, fingerprint=fp)
+    if monitor is not None and _sharded(model):
+        raise ConfigError("evaluation during training (eval.every_steps) is not supported with FSDP: the sharded "
+                          "model cannot generate on one rank; drop eval.every_steps or train without fsdp")
+    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name, fingerprint=fp, monitor=monitor)
 
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,

@@ -1,0 +1,349 @@
+"""`obliviate compare RUN_OR_SWEEP_DIR...`: one report over many runs: each method's forget–utility frontier.
+
+Inputs: sweep directories (every trial of every method's study, from the sweep's storage), demo result
+directories (results.json: every method of the run) and unlearn run directories (metrics.json). Output
+(report.md, report.html, frontier.png, curves.png, compare.json):
+  - per method, the Pareto front of (forget ↓, utility ↑) over its finished trials;
+  - each method's best trial at matched utility (the bar: e.g. the lowest forget score with neighbour and
+    retain accuracy >= 0.9x θ0's and <= 10% degenerate replies), or "none found", with the spread over the
+    seeds it was repeated with (mean ± sd);
+  - a scatter of every trial, the fronts drawn, fluency as colour; the front trials' curves during training.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from obliviate.errors import ObliviateError
+from obliviate.eval.score import Bar, Expr, best_under_bar, pareto_front
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Point:
+    """One run or trial: where it comes from, its method, settings, state and metrics."""
+
+    source: str
+    method: str
+    name: str
+    state: str = "complete"
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    repeat_of: str | None = None
+    note: str = ""
+
+
+@dataclass
+class Collection:
+    points: list[Point]
+    original: dict[str, Any]
+    kind: str
+    sweep: dict[str, Any] | None = None  # the sweep's config (its bar and axes)
+
+
+def _numbers(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+
+
+def _sweep_points(directory: Path, storage: Any = None) -> Collection:
+    """Every trial of a sweep directory's studies (its sweep.yaml names the storage)."""
+    import optuna
+
+    from obliviate.sweep.run import STORAGE_FILE, open_storage
+
+    cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8")) or {}
+    if storage is None:
+        url = cfg.get("storage") or f"sqlite:///{directory.resolve() / STORAGE_FILE}"
+        if not cfg.get("storage") and not (directory / STORAGE_FILE).is_file():
+            raise ObliviateError(f"{directory}: the sweep has no storage yet ({STORAGE_FILE} is missing): run the "
+                                 "sweep first")
+        storage = open_storage(url)
+    prefix = f"{cfg.get('study', 'sweep')}/"
+    points, original, kind = [], {}, ""
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if not summary.study_name.startswith(prefix):
+            continue
+        method = summary.study_name[len(prefix):]
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        original = original or dict(study.user_attrs.get("original", {}))
+        kind = kind or study.user_attrs.get("track", "")
+        for t in study.get_trials(deepcopy=False):
+            ua = t.user_attrs
+            if t.state.name == "FAIL" and ("stale" in ua or "interrupted" in ua):
+                continue  # a stopped worker's trial: done again elsewhere
+            note = ua.get("error") or ua.get("pruned") or ""
+            points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
+                                dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
+                                f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note))
+    return Collection(points, original, kind, cfg)
+
+
+def _result_points(directory: Path) -> Collection:
+    """A demo's results.json (every method; target / original as θ0) or a run's metrics.json (one point)."""
+    from obliviate.report.html import load_results
+
+    results = load_results(directory)
+    runs = results.get("runs") or {}
+    base = runs.get("original") or runs.get("target") or {}
+    points = [Point(str(directory), name, f"{name} ({directory.name})", metrics=_numbers(run.get("metrics") or {}))
+              for name, run in runs.items() if name not in ("original", "target", "retain")]
+    kind = "knowledge" if any("forget_accuracy" in p.metrics for p in points) else "demo"
+    return Collection(points, _numbers(base.get("metrics") or {}), kind)
+
+
+def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
+    """Points of every directory (sweeps, demo results, runs); a directory with none of them is an error."""
+    out = Collection([], {}, "")
+    for i, d in enumerate(dirs):
+        p = Path(d)
+        if (p / "sweep.yaml").is_file():
+            c = _sweep_points(p, storage if i == 0 else None)
+        elif (p / "results.json").is_file() or (p / "metrics.json").is_file():
+            c = _result_points(p)
+        else:
+            raise ObliviateError(f"compare: {d} holds no runs (no sweep.yaml, results.json or metrics.json); pass a "
+                                 "sweep directory (obliviate sweep), a demo directory or an unlearn run directory")
+        out.points += c.points
+        out.original = out.original or c.original
+        out.kind = out.kind or c.kind
+        out.sweep = out.sweep or c.sweep
+    return out
+
+
+def _scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
+    """The bar and axes: the sweep's own, else the track's defaults."""
+    from obliviate.sweep.run import parse_axes, parse_bar
+    from obliviate.sweep.tracks import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS
+
+    defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
+    sweep = coll.sweep or {}
+    return parse_bar(sweep.get("bar") or {}, defaults, None), parse_axes(sweep.get("report") or {}, defaults, None)
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def _params(p: Point) -> str:
+    def show(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else json.dumps(v)
+
+    return ", ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in p.params.items()) or "base settings"
+
+
+def fronts(coll: Collection, axes: Mapping[str, Expr]) -> dict[str, list[Point]]:
+    """Per method, its finished points on the Pareto front of (forget ↓, utility ↑), by forget score."""
+    out = {}
+    for method in dict.fromkeys(p.method for p in coll.points):
+        pts = [p for p in coll.points if p.method == method and p.state == "complete" and p.repeat_of is None]
+        xy = [(axes["forget"](p.metrics), axes["utility"](p.metrics)) for p in pts]
+        front = sorted(pareto_front(xy, (False, True)), key=lambda i: xy[i])
+        out[method] = [pts[i] for i in front]
+    return out
+
+
+@dataclass
+class Best:
+    method: str
+    point: Point | None
+    seeds: list[Point]
+
+
+def best_per_method(coll: Collection, bar: Bar) -> list[Best]:
+    """Each method's best finished trial under the bar (None: none found) with its repeats over other seeds."""
+    out = []
+    for method in dict.fromkeys(p.method for p in coll.points):
+        pts = [p for p in coll.points if p.method == method and p.state == "complete" and p.repeat_of is None]
+        i = best_under_bar([p.metrics for p in pts], bar, coll.original)
+        best = pts[i] if i is not None else None
+        seeds = [best] + [p for p in coll.points if best and p.repeat_of == best.name and p.state == "complete"] \
+            if best else []
+        out.append(Best(method, best, seeds))
+    return out
+
+
+def _spread(values: Sequence[float]) -> str:
+    vals = [v for v in values if not math.isnan(v)]
+    if len(vals) < 2:
+        return _fmt(vals[0]) if vals else "–"
+    return f"{statistics.mean(vals):.3f} ± {statistics.stdev(vals):.3f} (n={len(vals)})"
+
+
+def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str, list[Point]]) -> Any:
+    """Scatter of every finished trial (forget x, utility y, fluency as colour, one marker per method), each
+    method's front as a line, θ0 as a star."""
+    from obliviate.report.plots import _figure
+
+    fig = _figure(7.5, 5.0)
+    ax = fig.add_subplot(1, 1, 1)
+    markers = "osD^vP*XhP<>"
+    pts = [p for p in coll.points if p.state == "complete"]
+    flu = [axes["fluency"](p.metrics) for p in pts]
+    finite = [f for f in flu if not math.isnan(f)]
+    norm = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    for k, method in enumerate(dict.fromkeys(p.method for p in coll.points)):
+        mine = [(p, f) for p, f in zip(pts, flu) if p.method == method]
+        if not mine:
+            continue
+        sc = ax.scatter([axes["forget"](p.metrics) for p, _ in mine], [axes["utility"](p.metrics) for p, _ in mine],
+                        c=[f if not math.isnan(f) else norm[0] for _, f in mine], cmap="viridis_r", vmin=norm[0],
+                        vmax=norm[1] if norm[1] > norm[0] else norm[0] + 1e-9, marker=markers[k % len(markers)],
+                        edgecolors="black", linewidths=0.5, s=45, label=method)
+        f = front.get(method, [])
+        ax.plot([axes["forget"](p.metrics) for p in f], [axes["utility"](p.metrics) for p in f], lw=1.2, alpha=0.8)
+    if coll.original:
+        ax.scatter([axes["forget"](coll.original)], [axes["utility"](coll.original)], marker="*", s=220, c="red",
+                   edgecolors="black", label="θ0 (original)")
+    if pts:
+        fig.colorbar(sc, ax=ax, label=f"{axes['fluency'].text} (colour)")
+    ax.set_xlabel(f"{axes['forget'].text} ↓")
+    ax.set_ylabel(f"{axes['utility'].text} ↑")
+    ax.set_title("forget–utility frontier per method (lines: Pareto fronts)")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def curves_plot(front: Mapping[str, list[Point]]) -> Any:
+    """The evaluation-during-training score of the front's trials, one panel per method (None: no curves)."""
+    from obliviate.report.plots import _figure
+
+    methods = [m for m, pts in front.items() if any(p.curve for p in pts)]
+    if not methods:
+        return None
+    fig = _figure(4.0 * len(methods), 3.2)
+    for k, m in enumerate(methods):
+        ax = fig.add_subplot(1, len(methods), k + 1)
+        for p in front[m]:
+            if p.curve and "score" in p.curve[0]:
+                ax.plot([c["step"] for c in p.curve], [c["score"] if c["score"] is not None else math.nan
+                                                       for c in p.curve], marker=".", label=p.name.split(" ")[-1])
+        ax.set_title(m, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.axes[0].set_ylabel("score during training")
+    return fig
+
+
+def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
+    """(Markdown, the JSON summary, [(file name, figure)]) of a collection."""
+    bar, axes = _scales(coll)
+    front = fronts(coll, axes)
+    bests = best_per_method(coll, bar)
+    methods = list(dict.fromkeys(p.method for p in coll.points))
+    lines = ["# obliviate compare", "", f"Sources: {', '.join(sorted({p.source for p in coll.points}))}",
+             f"Axes: forget = `{axes['forget'].text}` (lower is better), utility = `{axes['utility'].text}` (higher "
+             f"is better), fluency = `{axes['fluency'].text}`.", ""]
+    if coll.original:
+        lines += [f"θ0 (the original model): forget {_fmt(axes['forget'](coll.original))}, utility "
+                  f"{_fmt(axes['utility'](coll.original))}, fluency {_fmt(axes['fluency'](coll.original))}.", ""]
+    lines += ["## Trials", "", "| method | complete | pruned | failed |", "|---|---|---|---|"]
+    for m in methods:
+        states = [p.state for p in coll.points if p.method == m]
+        lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
+    lines += ["", f"## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
+              f"| method | trial | forget | utility | fluency | {axes['forget'].text} over seeds | settings |",
+              "|---|---|---|---|---|---|---|"]
+    summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {}}
+    for b in bests:
+        if b.point is None:
+            lines.append(f"| {b.method} | none found | | | | | |")
+        else:
+            m = b.point.metrics
+            lines.append(f"| {b.method} | {b.point.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
+                         f"{_fmt(axes['fluency'](m))} | {_spread([bar.forget(p.metrics) for p in b.seeds])} | "
+                         f"{_params(b.point)} |")
+        summary["methods"][b.method] = {
+            "best": None if b.point is None else {"trial": b.point.name, "params": b.point.params,
+                                                  "metrics": b.point.metrics},
+            "seeds": [bar.forget(p.metrics) for p in b.seeds],
+            "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
+                       "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
+    lines += ["", "## Pareto fronts", ""]
+    for m in methods:
+        lines += [f"**{m}**", "", "| trial | forget | utility | fluency | settings |", "|---|---|---|---|---|"]
+        lines += [f"| {p.name} | {_fmt(axes['forget'](p.metrics))} | {_fmt(axes['utility'](p.metrics))} | "
+                  f"{_fmt(axes['fluency'](p.metrics))} | {_params(p)} |" for p in front[m]] or ["| none | | | | |"]
+        lines.append("")
+    stopped = [p for p in coll.points if p.state in ("pruned", "fail")]
+    if stopped:
+        lines += ["## Pruned and failed trials", ""] + [f"- {p.name} ({p.state}): {p.note} [{_params(p)}]"
+                                                        for p in stopped] + [""]
+    figs = [("frontier.png", frontier_plot(coll, axes, front))]
+    curves = curves_plot(front)
+    if curves is not None:
+        figs.append(("curves.png", curves))
+    lines += [f"![{name}]({name})" for name, _ in figs]
+    return "\n".join(lines) + "\n", summary, figs
+
+
+def _html(markdown: str, figs: Sequence[tuple[str, Any]]) -> str:
+    """A self-contained HTML page: the Markdown's tables as HTML tables, the figures embedded."""
+    from obliviate.report.plots import png_base64
+
+    body, table = [], []
+
+    def flush() -> None:
+        if table:
+            rows = [r.strip("|").split("|") for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
+            head, *rest = rows
+            body.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>" for c in head) + "</tr>"
+                        + "".join("<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in r) + "</tr>"
+                                  for r in rest) + "</table>")
+            table.clear()
+
+    images = dict(figs)
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.startswith("![") and line[line.index("(") + 1:-1] in images:
+            body.append(f'<img alt="{line[2:line.index("]")]}" src="data:image/png;base64,'
+                        f'{png_base64(images[line[line.index("(") + 1:-1]], close=False)}">')
+        elif line.strip():
+            body.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}")
+    return f"<!doctype html><meta charset='utf-8'><title>obliviate compare</title><style>{style}</style>" \
+           + "\n".join(body)
+
+
+def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None) -> Path:
+    """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
+    from obliviate.jsonio import write_json_atomic
+    from obliviate.report.plots import png_bytes
+
+    coll = collect(dirs, storage)
+    if not coll.points:
+        raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
+    text, summary, figs = build_report(coll)
+    out.mkdir(parents=True, exist_ok=True)
+    page = _html(text, figs)
+    for name, fig in figs:
+        tmp = out / f".{name}.tmp"
+        tmp.write_bytes(png_bytes(fig))
+        tmp.replace(out / name)
+    for name, content in (("report.md", text), ("report.html", page)):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(content, encoding="utf-8")
+        tmp.replace(out / name)
+    write_json_atomic(out / "compare.json", summary)
+    log(text)
+    return out / "report.md"

@@ -1,0 +1,548 @@
+"""`obliviate sweep`: Optuna studies over a base run config, one per method, shared by any number of workers.
+
+A worker checks the whole sweep before anything is written (base config, methods, space, objectives, pruning
+rules, storage), then prepares its track once (sweep/tracks.py) and runs trials until every method has
+`trials` finished ones: each trial is asked from the method's study, run in this process on a copy of θ0,
+and told back as complete (its objective values), pruned (an evaluation during training broke a `prune`
+rule) or failed (it diverged or raised: the error is kept, the sweep goes on). The method whose study has
+the fewest trials goes next, so several workers share the budget evenly. Interrupted trials (Ctrl-C, a
+killed worker) are failed and done again: finished trials are never lost or repeated, so the same command
+resumes an interrupted sweep. Optuna's storage is the only shared state: SQLite in the output directory
+by default, any database URL or a journal file for workers on several machines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from obliviate.config import MethodConfig, build, to_dict
+from obliviate.errors import ConfigError, ObliviateError
+from obliviate.eval.score import Bar, Expr, parse_expr
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, trial_settings
+from obliviate.sweep.tracks import Defaults, Track, load_base, make_track
+
+Log = Callable[[str], None]
+STORAGE_FILE = "sweep.db"
+CONFIG_FILE = "sweep.yaml"
+# what a study's recorded config must agree on across workers (not where each worker writes, nor its timing)
+_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s")
+
+
+@dataclass(frozen=True)
+class PruneRule:
+    """Stop a trial when `metric` falls below (or rises above) `threshold` (× θ0's value when relative)."""
+
+    metric: Expr
+    below: bool
+    threshold: float
+    relative: bool
+
+    def limit(self, original: dict[str, Any]) -> float:
+        return self.threshold * self.metric(original) if self.relative else self.threshold
+
+    def broken(self, value: float, original: dict[str, Any]) -> bool:
+        limit = self.limit(original)
+        if math.isnan(value) or math.isnan(limit):
+            return False  # a missing value never prunes: it is reported, not guessed
+        return value < limit if self.below else value > limit
+
+
+@dataclass
+class Plan:
+    """A checked sweep: everything a worker needs before it loads a model."""
+
+    cfg: SweepConfig
+    track: Track
+    methods: dict[str, dict[str, Any]]
+    dims: list[Dim]
+    objectives: list[tuple[bool, Expr]]  # (maximize, expression)
+    prune: list[PruneRule]
+    bar: Bar
+    axes: dict[str, Expr]
+    lines: list[str] = field(default_factory=list)
+
+    def budget(self, method: str) -> int:
+        if self.cfg.sampler == "grid":
+            return min(self.cfg.trials, grid_size(self.dims, method))
+        return self.cfg.trials
+
+    def study_name(self, method: str) -> str:
+        return f"{self.cfg.study}/{method}"
+
+
+def _objectives(raw: list, defaults: Sequence[tuple[str, str]], valid: set[str]) -> list[tuple[bool, Expr]]:
+    items = raw or [{d: e} for d, e in defaults]
+    out = []
+    for i, item in enumerate(items):
+        if not (isinstance(item, dict) and len(item) == 1 and next(iter(item)) in ("minimize", "maximize")):
+            raise ConfigError(f"objectives[{i}]: expected {{minimize: METRIC}} or {{maximize: METRIC}}, got {item!r}")
+        direction, text = next(iter(item.items()))
+        out.append((direction == "maximize", parse_expr(text, valid, f"objectives[{i}].{direction}")))
+    return out
+
+
+def _prune_rules(raw: list, valid: set[str]) -> list[PruneRule]:
+    out = []
+    for i, item in enumerate(raw):
+        where = f"prune[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected {{metric: EXPR, below: x}} or {{metric: EXPR, above: x}}, got {item!r}")
+        unknown = sorted(set(item) - {"metric", "below", "above", "relative"})
+        sides = [k for k in ("below", "above") if k in item]
+        if unknown or len(sides) != 1 or "metric" not in item:
+            raise ConfigError(f"{where}: give metric and exactly one of below / above (optional relative: true); got "
+                              f"keys {sorted(item)}")
+        x = item[sides[0]]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ConfigError(f"{where}.{sides[0]}: expected a number, got {x!r}")
+        rel = item.get("relative", False)
+        if not isinstance(rel, bool):
+            raise ConfigError(f"{where}.relative: expected true or false, got {rel!r}")
+        out.append(PruneRule(parse_expr(item["metric"], valid, f"{where}.metric"), sides[0] == "below", float(x), rel))
+    return out
+
+
+def parse_bar(raw: dict, d: Defaults, valid: set[str]) -> Bar:
+    """The report's matched-utility bar from the sweep's `bar` section over the track's defaults `d`."""
+    unknown = sorted(set(raw) - {"forget", "keep", "at_most"})
+    if unknown:
+        raise ConfigError(f"bar: unknown key(s) {unknown}; valid: forget, keep, at_most")
+    keep, at_most = raw.get("keep", d.keep), raw.get("at_most", d.at_most)
+    for key, table in (("keep", keep), ("at_most", at_most)):
+        if not isinstance(table, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in table.values()):
+            raise ConfigError(f"bar.{key}: expected a mapping metric -> number, got {table!r}")
+        for name in table:
+            parse_expr(str(name), valid, f"bar.{key}")
+            if not str(name).isidentifier():
+                raise ConfigError(f"bar.{key}: {name!r} must be one metric name, not an expression")
+    return Bar(parse_expr(raw.get("forget", d.forget), valid, "bar.forget"),
+               {str(k): float(v) for k, v in keep.items()}, {str(k): float(v) for k, v in at_most.items()})
+
+
+def parse_axes(raw: dict, d: Defaults, valid: set[str]) -> dict[str, Expr]:
+    """The frontier plot's forget, utility and fluency expressions (the sweep's `report` over the defaults)."""
+    unknown = sorted(set(raw) - {"forget", "utility", "fluency"})
+    if unknown:
+        raise ConfigError(f"report: unknown key(s) {unknown}; valid: forget, utility, fluency")
+    return {k: parse_expr(raw.get(k, getattr(d, k)), valid, f"report.{k}") for k in ("forget", "utility", "fluency")}
+
+
+def plan_sweep(cfg: SweepConfig) -> Plan:
+    """Check the whole sweep without loading a model (also what `obliviate validate` would reject)."""
+    from obliviate.train.unlearn import resolve_method
+
+    kind, base = load_base(cfg.base, cfg.set)
+    track = make_track(kind, base, Path(cfg.output_dir))
+    lines = [f"base: {cfg.base} ({kind} track)"] + track.check()
+    methods = {str(k): dict(v or {}) for k, v in cfg.methods.items()} if cfg.methods else track.methods()
+    for name, raw in methods.items():
+        if not isinstance(raw, dict):
+            raise ConfigError(f"methods.{name}: expected a method section (forget, retain, ...), got {raw!r}")
+        if "/" in name:
+            raise ConfigError(f"methods.{name}: a method name cannot contain '/'")
+        resolve_method(build(MethodConfig, raw, f"methods.{name}."))
+    dims = parse_space(cfg.space, methods, track.train)
+    if cfg.sampler == "grid":
+        for name in methods:
+            grid_space(dims, name)  # a float range without a step is an error here
+    valid = track.metric_names()
+    objectives = _objectives(cfg.objectives, track.defaults.objectives, valid)
+    plan = Plan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid),
+                parse_bar(cfg.bar, track.defaults, valid), parse_axes(cfg.report, track.defaults, valid), lines)
+    plan.lines += [f"methods: {', '.join(methods)}; {', '.join(str(plan.budget(m)) for m in methods)} trials each "
+                   f"({cfg.sampler})",
+                   "space: " + ("; ".join(f"{d.key} ({d.kind}{' for ' + ','.join(d.methods) if d.methods else ''})"
+                                          for d in dims) or "none (each method's base settings)"),
+                   "objectives: " + ", ".join(f"{'maximize' if up else 'minimize'} {e.text}" for up, e in objectives)]
+    return plan
+
+
+# --- storage ------------------------------------------------------------------------------------------------
+
+def storage_url(cfg: SweepConfig) -> str:
+    return cfg.storage or f"sqlite:///{Path(cfg.output_dir).resolve() / STORAGE_FILE}"
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage from a database URL or a journal file; a clear error when it cannot be opened."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    journal = url[len("journal:"):] if url.startswith("journal:") else (url if url.endswith(".journal") else None)
+    try:
+        if journal is not None:
+            from optuna.storages.journal import JournalFileBackend
+
+            path = Path(journal).expanduser()
+            if not path.parent.is_dir():
+                raise ConfigError(f"storage {url}: the folder {path.parent} does not exist; create it or name another "
+                                  "journal file")
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        if "://" not in url:
+            raise ConfigError(f"storage {url!r} is neither a database URL (sqlite:///sweep.db, "
+                              "postgresql://user:pass@host/db, mysql://...) nor a journal file (journal:PATH or "
+                              "PATH.journal)")
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}
+                                          if url.startswith("sqlite") else None)
+    except ObliviateError:
+        raise
+    except Exception as exc:  # sqlalchemy / driver errors: a missing driver, a refused connection, a bad URL
+        raise ConfigError(f"storage {url} cannot be opened: {' '.join(str(exc).split())[:300]} (check the URL, the "
+                          "database driver and that the server is reachable)") from None
+
+
+def _saved_config(cfg: SweepConfig) -> dict[str, Any]:
+    return {k: v for k, v in to_dict(cfg).items() if k not in _PER_WORKER}
+
+
+def prepare_output(cfg: SweepConfig) -> bool:
+    """Create (or reuse, when it holds this very sweep) the output directory; True when resuming."""
+    from obliviate.paths import check_output_dir, remove_path
+
+    out = Path(cfg.output_dir)
+    saved = out / CONFIG_FILE
+    same = False
+    if saved.is_file():
+        previous = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+        same = {k: v for k, v in previous.items() if k not in _PER_WORKER} == json.loads(json.dumps(_saved_config(cfg)))
+        if not same and not cfg.overwrite:
+            raise ObliviateError(f"{out} holds another sweep (its {CONFIG_FILE} differs from this config); choose "
+                                 "another output_dir, or pass overwrite=true to start again")
+    resumed = saved.is_file() and same  # the same sweep is always resumed, never wiped (other workers may use it)
+    if not resumed:
+        check_output_dir(out, cfg.overwrite)
+        if out.exists():
+            remove_path(out)
+        out.mkdir(parents=True)
+    tmp = out / f".{CONFIG_FILE}.tmp"  # rewritten on resume too: this worker's storage is what the report reads
+    tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    tmp.replace(saved)
+    return resumed
+
+
+# --- trial bookkeeping ---------------------------------------------------------------------------------------
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(worker: str) -> bool:
+    """Whether a worker id on this machine names a running process (other machines: assumed alive)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    if int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_stale(study: Any, stale_after_s: float, now: float | None = None) -> int:
+    """Fail the running trials whose worker is gone (this machine) or silent for stale_after_s; how many."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    now = time.time() if now is None else now
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = t.user_attrs.get("heartbeat", t.datetime_start.timestamp() if t.datetime_start else now)
+        worker = t.user_attrs.get("worker", "")
+        if (worker and not _alive(worker)) or now - beat > stale_after_s:
+            try:
+                study._storage.set_trial_user_attr(t._trial_id, "stale", True)
+                study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+                n += 1
+            except (UpdateFinishedTrialError, RuntimeError):
+                pass
+    return n
+
+
+def counts(trial: Any) -> bool:
+    """Whether a trial uses the budget: finished (complete, pruned, failed by its own error) or running. Trials
+    failed because their worker stopped (interrupted, stale) are done again."""
+    from optuna.trial import TrialState
+
+    if trial.state == TrialState.FAIL:
+        return "error" in trial.user_attrs
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def _is_repeat(trial: Any) -> bool:
+    return "repeat_of" in trial.user_attrs
+
+
+class Heartbeat:
+    """A thread that stamps the running trial every few seconds so other workers know it is alive."""
+
+    def __init__(self, study: Any, trial_id: int, every_s: float) -> None:
+        self.study, self.trial_id, self.every_s = study, trial_id, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.study._storage.set_trial_user_attr(self.trial_id, "heartbeat", time.time())
+            except Exception:  # the trial ended meanwhile, or the storage is briefly busy: the next beat tries again
+                pass
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# --- the worker ----------------------------------------------------------------------------------------------
+
+def _sampler(cfg: SweepConfig, plan: Plan, method: str, n_trials: int) -> Any:
+    """The method's sampler, seeded by the sweep seed, the method and the trials so far (reproducible per study,
+    and two workers asking at different points draw different values)."""
+    import optuna
+
+    seed = (cfg.seed * 1_000_003 + sum(map(ord, method)) * 7919 + n_trials) % 2**31
+    if cfg.sampler == "grid":
+        return optuna.samplers.GridSampler(grid_space(plan.dims, method), seed=seed)
+    if cfg.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, cfg.trials // 3)))
+
+
+def _study(storage: Any, plan: Plan, method: str, sampler: Any = None) -> Any:
+    import optuna
+
+    directions = ["maximize" if up else "minimize" for up, _ in plan.objectives]
+    return optuna.create_study(storage=storage, study_name=plan.study_name(method), directions=directions,
+                               sampler=sampler, load_if_exists=True)
+
+
+def _check_study(study: Any, plan: Plan) -> None:
+    """The study was made by this sweep (or is new: then this sweep's config is recorded in it)."""
+    mine = json.loads(json.dumps(_saved_config(plan.cfg)))
+    recorded = study.user_attrs.get("config")
+    if recorded is None:
+        study.set_user_attr("config", mine)
+        study.set_user_attr("track", plan.track.kind)
+    elif recorded != mine:
+        diff = sorted(k for k in set(recorded) | set(mine) if recorded.get(k) != mine.get(k))
+        raise ObliviateError(f"the storage's study {study.study_name!r} was made by another sweep config (it differs "
+                             f"in {diff}); use the same config, another study name (study=...) or another storage")
+
+
+def _describe(params: dict[str, Any]) -> str:
+    def show(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
+
+    return " ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in params.items()) or "base settings"
+
+
+def _monitor(plan: Plan, original_quick: dict[str, Any], log: Log) -> Any:
+    """The evaluation during training of one trial: curve, best weights by the first objective, pruning."""
+    from obliviate.train.monitor import Monitor, StopRun
+
+    cfg = plan.cfg
+    if cfg.eval_every_steps is None:
+        return None
+    up, first = plan.objectives[0]
+
+    def stop(step: int, entry: dict[str, Any], curve: list) -> None:
+        for rule in plan.prune:
+            value = rule.metric(entry)
+            if rule.broken(value, original_quick):
+                raise StopRun(f"pruned at step {step}: {rule.metric.text} = {value:.4g} "
+                              f"{'<' if rule.below else '>'} {rule.limit(original_quick):.4g}", curve)
+
+    return Monitor(cfg.eval_every_steps, lambda m: plan.track.quick(m, cfg.eval_rows), score=first, maximize=up,
+                   keep_best=cfg.keep_best, stop=stop if plan.prune else None)
+
+
+def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
+    """Run one asked trial and tell the study its outcome; the outcome's name."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from obliviate.train.monitor import StopRun
+
+    track, cfg = plan.track, plan.cfg
+    params = {d.key: d.suggest(trial) for d in plan.dims if d.applies(method)}
+    if "seed" in trial.user_attrs:  # a repeat of a best trial, with its own seed
+        params["seed"] = trial.user_attrs["seed"]
+    trial.set_user_attr("worker", WORKER)
+    trial.set_user_attr("heartbeat", time.time())
+    trial.set_user_attr("params", json.loads(json.dumps(params)))
+    label = f"[{method} #{trial.number}{' repeat' if 'repeat_of' in trial.user_attrs else ''}] {_describe(params)}"
+    t0 = time.perf_counter()
+    try:
+        with Heartbeat(study, trial._trial_id, min(30.0, cfg.stale_after_s / 4)):
+            method_cfg, train_cfg = trial_settings(plan.methods[method], track.train, params, f"trial of {method}")
+            train_cfg = dataclasses.replace(train_cfg, progress=False)  # one line per trial instead of a bar
+            monitor = _monitor(plan, track.original_quick, log)
+            res = track.run(method_cfg, train_cfg, monitor)
+    except StopRun as stop:
+        trial.set_user_attr("curve", stop.curve)
+        trial.set_user_attr("pruned", str(stop))
+        study.tell(trial, state=TrialState.PRUNED)
+        log(f"{label}: {stop} ({time.perf_counter() - t0:.0f} s)")
+        return "pruned"
+    except KeyboardInterrupt:
+        trial.set_user_attr("interrupted", True)
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    except (ObliviateError, RuntimeError, ValueError, ArithmeticError, MemoryError) as exc:
+        trial.set_user_attr("error", f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
+        study.tell(trial, state=TrialState.FAIL)
+        log(f"{label}: failed ({trial.user_attrs.get('error', exc)}); the sweep goes on")
+        return "failed"
+    values = [e(res.metrics) for _, e in plan.objectives]
+    trial.set_user_attr("metrics", res.metrics)
+    trial.set_user_attr("curve", res.curve)
+    trial.set_user_attr("seconds", res.seconds)
+    trial.set_user_attr("steps", res.steps)
+    if res.best_step is not None:
+        trial.set_user_attr("best_step", res.best_step)
+    missing = [e.text for v, (_, e) in zip(values, plan.objectives) if math.isnan(v)]
+    if missing:
+        trial.set_user_attr("error", f"objective(s) {missing} could not be computed (a metric is missing)")
+        study.tell(trial, state=TrialState.FAIL)
+        log(f"{label}: failed ({trial.user_attrs['error']})")
+        return "failed"
+    study.tell(trial, values)
+    shown = ", ".join(f"{e.text} {v:.3f}" for v, (_, e) in zip(values, plan.objectives))
+    log(f"{label}: {shown} ({res.seconds:.0f} s)")
+    del optuna
+    return "complete"
+
+
+def _next_method(plan: Plan, studies: dict[str, Any]) -> tuple[str | None, bool]:
+    """(the method to run a trial of next, whether any method still waits on trials running elsewhere)."""
+    best, waiting = None, False
+    fewest = None
+    for name, study in studies.items():
+        trials = [t for t in study.get_trials(deepcopy=False) if not _is_repeat(t)]
+        used = sum(counts(t) for t in trials)
+        finished = sum(counts(t) and t.state.name != "RUNNING" for t in trials)
+        if used < plan.budget(name) and (fewest is None or used < fewest):
+            best, fewest = name, used
+        elif finished < plan.budget(name):
+            waiting = True
+    return best, waiting
+
+
+def _best_trial(plan: Plan, study: Any) -> Any:
+    """A method's best finished trial: the bar's winner, else the best of the first objective."""
+    from optuna.trial import TrialState
+
+    from obliviate.eval.score import best_under_bar
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not _is_repeat(t)]
+    if not done:
+        return None
+    original = study.user_attrs.get("original", {})
+    i = best_under_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, original)
+    if i is not None:
+        return done[i]
+    up, first = plan.objectives[0]
+    return sorted(done, key=lambda t: (-1 if up else 1) * first(t.user_attrs.get("metrics", {})))[0]
+
+
+def _enqueue_repeats(plan: Plan, study: Any) -> None:
+    """Queue the repeats of the method's best trial once (other seeds, the same settings)."""
+    if plan.cfg.repeats == 0 or "repeats_of" in study.user_attrs:
+        return
+    best = _best_trial(plan, study)
+    if best is None:
+        return
+    study.set_user_attr("repeats_of", best.number)
+    seed = int(best.user_attrs.get("params", {}).get("seed", plan.track.train.seed))
+    for k in range(1, plan.cfg.repeats + 1):
+        study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
+
+
+def _repeat_due(plan: Plan, study: Any) -> bool:
+    from optuna.trial import TrialState
+
+    if plan.cfg.repeats == 0 or "repeats_of" not in study.user_attrs:
+        return False
+    reps = [t for t in study.get_trials(deepcopy=False) if _is_repeat(t)]
+    waiting = [t for t in reps if t.state == TrialState.WAITING]
+    return bool(waiting) or sum(counts(t) for t in reps) < plan.cfg.repeats
+
+
+def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
+              max_trials: int | None = None) -> dict[str, Any]:
+    """Check, prepare and run this worker's share of the sweep, then write the report; a summary.
+
+    `storage` (the --storage flag) replaces cfg.storage; `max_trials` stops this worker after that many trials
+    (the others, or a later run of the same command, do the rest)."""
+    from obliviate.sweep.compare import write_compare
+
+    if storage:
+        cfg = dataclasses.replace(cfg, storage=storage)
+    plan = plan_sweep(cfg)
+    url = storage_url(cfg)
+    shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
+    resumed = prepare_output(cfg)
+    store = shared if shared is not None else open_storage(url)
+    for line in plan.lines:
+        log(f"  {line}")
+    log(f"storage: {url} ({'resumed' if resumed else 'new output directory'}); worker {WORKER}")
+    studies = {m: _study(store, plan, m) for m in plan.methods}
+    for study in studies.values():
+        _check_study(study, plan)
+    track = plan.track
+    t0 = time.perf_counter()
+    track.prepare(log)
+    from obliviate.paths import check_layer_indices
+
+    for d in plan.dims:  # layer sets against the loaded model, before any trial
+        if d.key == "method.forget_args.layers":
+            for value in d.extremes():
+                check_layer_indices(value, track.layers(), f"space.{d.key}")
+    if cfg.eval_every_steps is not None:
+        track.original_quick = track.quick(track.model, cfg.eval_rows)
+    for study in studies.values():
+        if "original" not in study.user_attrs:
+            study.set_user_attr("original", track.original)
+            study.set_user_attr("original_quick", json.loads(json.dumps(track.original_quick, default=str)))
+    log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")
+    outcomes: dict[str, int] = {}
+    ran = 0
+    while max_trials is None or ran < max_trials:
+        for s in studies.values():
+            fail_stale(s, cfg.stale_after_s)
+        method, waiting = _next_method(plan, studies)
+        if method is None:
+            for s in studies.values():
+                _enqueue_repeats(plan, s)
+            method = next((m for m, s in studies.items() if _repeat_due(plan, s)), None)
+        if method is None:
+            if waiting:  # others' running trials may still fail and need redoing: wait for them
+                time.sleep(min(10.0, cfg.stale_after_s / 4))
+                continue
+            break
+        n = len(studies[method].get_trials(deepcopy=False))
+        study = _study(store, plan, method, _sampler(cfg, plan, method, n))
+        outcome = run_trial(plan, study, study.ask(), method, log)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        ran += 1
+    report = write_compare([cfg.output_dir], Path(cfg.output_dir), log=lambda s: None, storage=store)
+    log(f"this worker ran {ran} trial(s) {outcomes}; report: {report}")
+    return {"ran": ran, "outcomes": outcomes, "report": str(report)}

@@ -1,0 +1,221 @@
+"""A sweep's search space: dimensions over a trial's keys, checked before anything runs, sampled by Optuna.
+
+A trial is one method (a method section) trained with one training section and one seed. Its keys:
+  seed                        the trial's seed (training order, initialisation of adapters, refusals)
+  train.<key>                 any key of the unlearning run's training section (lr, epochs, max_steps, ...)
+  method.<key>                any key of the method section (alpha, gamma, retain, combine.rule, ...)
+  method.forget_args.<arg>    a hyper-parameter of the method's forget objective (tau, layers, beta, ...)
+  method.retain_args.<arg>    a hyper-parameter of its retain term
+A dimension is one of
+  {float: [low, high], log: false, step: null}   a real range (log: sampled on a log scale)
+  {int: [low, high], log: false, step: 1}        an integer range
+  {choices: [a, b, ...]}                         a list of values (any YAML value: layer sets are lists)
+with an optional `methods: [names]` that limits it to those methods (τ only for ASU, β only for NPO).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from obliviate.config import MethodConfig, TrainConfig, build
+from obliviate.errors import ConfigError
+
+KINDS = ("float", "int", "choices")
+_DIM_KEYS = {"float", "int", "choices", "log", "step", "methods"}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of the search space (module docstring)."""
+
+    key: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+    methods: tuple[str, ...] = ()
+
+    def applies(self, method: str) -> bool:
+        return not self.methods or method in self.methods
+
+    def labels(self) -> list[Any]:
+        """Optuna-storable stand-ins of the choices: a value Optuna stores as is, else its JSON text."""
+        return [c if c is None or isinstance(c, (bool, int, float, str)) else json.dumps(c) for c in self.choices]
+
+    def value(self, label: Any) -> Any:
+        """The choice a stored label stands for."""
+        return copy.deepcopy(self.choices[self.labels().index(label)])
+
+    def suggest(self, trial: Any) -> Any:
+        """Draw this dimension's value for an Optuna trial."""
+        if self.kind == "choices":
+            return self.value(trial.suggest_categorical(self.key, self.labels()))
+        if self.kind == "int":
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
+
+    def grid(self) -> list[Any]:
+        """The values a grid search visits (labels for choices); a real range needs a step."""
+        if self.kind == "choices":
+            return self.labels()
+        if self.step is None and self.kind == "float":
+            raise ConfigError(f"space.{self.key}: a grid search needs a step for a float range (or use choices)")
+        step = self.step or 1
+        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1  # type: ignore[operator]
+        values = [self.low + i * step for i in range(n)]  # type: ignore[operator]
+        return [int(round(v)) for v in values] if self.kind == "int" else values
+
+    def extremes(self) -> list[Any]:
+        """The values checked before the sweep runs: both ends of a range, every choice."""
+        return list(self.choices) if self.kind == "choices" else [self.low, self.high]
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def parse_dim(key: str, raw: Any, method_names: Sequence[str]) -> Dim:
+    """One dimension from its YAML form; an empty or inverted range, an unknown form or method is an error."""
+    where = f"space.{key}"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping such as {{float: [1e-5, 1e-4], log: true}}, "
+                          f"{{int: [5, 20]}} or {{choices: [a, b]}}, got {raw!r}")
+    unknown = sorted(set(raw) - _DIM_KEYS)
+    kinds = [k for k in KINDS if k in raw]
+    if unknown or len(kinds) != 1:
+        raise ConfigError(f"{where}: give exactly one of {list(KINDS)} (with optional log, step, methods); got keys "
+                          f"{sorted(raw)}")
+    methods = raw.get("methods") or []
+    if isinstance(methods, str):
+        methods = [methods]
+    bad = [m for m in methods if m not in method_names]
+    if bad:
+        raise ConfigError(f"{where}.methods: unknown method(s) {bad}; the sweep's methods: {list(method_names)}")
+    kind = kinds[0]
+    log, step = raw.get("log", False), raw.get("step")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
+    if kind == "choices":
+        choices = raw["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}.choices: expected a non-empty list of values, got {choices!r}")
+        return Dim(key, kind, choices=tuple(choices), methods=tuple(methods))
+    bounds = raw[kind]
+    if not (isinstance(bounds, list) and len(bounds) == 2 and all(_number(b) for b in bounds)):
+        raise ConfigError(f"{where}.{kind}: expected [low, high] (two numbers), got {bounds!r}")
+    low, high = bounds
+    if kind == "int" and not all(isinstance(b, int) for b in bounds):
+        raise ConfigError(f"{where}.int: the bounds must be whole numbers, got {bounds!r}")
+    if not low < high:
+        raise ConfigError(f"{where}.{kind}: the range [{low}, {high}] is "
+                          f"{'empty' if low == high else 'inverted'}; give [low, high] with low < high "
+                          "(a single value belongs in the base config or in choices)")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: a log range needs low > 0, got {low}")
+    if step is not None and not (_number(step) and step > 0):
+        raise ConfigError(f"{where}.step: expected a number > 0, got {step!r}")
+    if step is not None and log:
+        raise ConfigError(f"{where}: step and log cannot be combined (Optuna samples one or the other)")
+    return Dim(key, kind, float(low) if kind == "float" else low, float(high) if kind == "float" else high,
+               log, step, methods=tuple(methods))
+
+
+def valid_keys(methods: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every key a dimension may name, given the sweep's methods (their objectives' hyper-parameters)."""
+    from obliviate.objectives import FORGET, RETAIN
+
+    keys = ["seed"] + [f"train.{f.name}" for f in dataclasses.fields(TrainConfig)]
+    for f in dataclasses.fields(MethodConfig):
+        if f.name == "combine":
+            keys += ["method.combine.rule", "method.combine.separate_backward", "method.combine.module_stats"]
+        elif f.name not in ("forget_args", "retain_args"):
+            keys.append(f"method.{f.name}")
+    for raw in methods.values():
+        forget, retain = raw.get("forget", MethodConfig.forget), raw.get("retain", MethodConfig.retain)
+        if forget in FORGET.names():
+            keys += [f"method.forget_args.{k}" for k in FORGET.get(forget).defaults()]
+        if retain in RETAIN.names():
+            keys += [f"method.retain_args.{k}" for k in RETAIN.get(retain).defaults()]
+    return list(dict.fromkeys(keys))
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if node is None or not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def trial_settings(method: Mapping[str, Any], train: TrainConfig, params: Mapping[str, Any],
+                   where: str = "trial") -> tuple[MethodConfig, TrainConfig]:
+    """The method and training sections of a trial: the base's with the trial's values set (validated)."""
+    m: dict[str, Any] = {"method": copy.deepcopy(dict(method))}
+    t: dict[str, Any] = {"train": dataclasses.asdict(train)}
+    for key, value in params.items():
+        if key == "seed":
+            _set(t, "train.seed", value)
+        elif key.startswith("train."):
+            _set(t, key, value)
+        else:
+            _set(m, key, value)
+    try:
+        return build(MethodConfig, m["method"], "method."), build(TrainConfig, t["train"], "train.")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]], train: TrainConfig) -> list[Dim]:
+    """Every dimension, checked: known keys (the error lists them), sound ranges, and values the method and
+    training sections accept at both ends of each range and for every choice (so no trial fails on them)."""
+    from obliviate.objectives import FORGET
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"space: expected a mapping of key -> dimension, got {raw!r}")
+    valid = valid_keys(methods)
+    dims = []
+    for key, spec in raw.items():
+        key = str(key)
+        if key not in valid:
+            raise ConfigError(f"space: unknown key {key!r}; valid keys: {valid}")
+        dim = parse_dim(key, spec, list(methods))
+        for name in methods:
+            if not dim.applies(name):
+                continue
+            section = key.split(".")[1] if key.startswith("method.") and key.count(".") >= 2 else None
+            if section in ("forget_args", "retain_args"):
+                arg = key.split(".", 2)[2]
+                owner = methods[name].get("forget" if section == "forget_args" else "retain")
+                from obliviate.objectives import RETAIN
+
+                reg = FORGET if section == "forget_args" else RETAIN
+                if owner not in reg.names() or arg not in reg.get(owner).defaults():
+                    raise ConfigError(f"space.{key}: method {name!r} ({owner}) has no hyper-parameter {arg!r}; "
+                                      f"limit the key with methods: [...] to the methods that have it")
+            for value in dim.extremes():
+                method_cfg, _ = trial_settings(methods[name], train, {key: value}, f"space.{key}={value!r} ({name})")
+                from obliviate.train.unlearn import resolve_method
+
+                try:
+                    resolve_method(method_cfg)
+                except ConfigError as exc:
+                    raise ConfigError(f"space.{key}={value!r} ({name}): {exc}") from None
+        dims.append(dim)
+    return dims
+
+
+def grid_space(dims: Sequence[Dim], method: str) -> dict[str, list[Any]]:
+    """Optuna's GridSampler search space of one method's dimensions."""
+    return {d.key: d.grid() for d in dims if d.applies(method)}
+
+
+def grid_size(dims: Sequence[Dim], method: str) -> int:
+    return math.prod(len(v) for v in grid_space(dims, method).values())

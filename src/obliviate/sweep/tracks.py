@@ -1,0 +1,396 @@
+"""What a sweep's trials run on: a base config turned into a prepared model and data, and one trial = one method
+unlearned from θ0 with one training section, then evaluated.
+
+Three tracks, by the base config:
+  knowledge  a knowledge demo config (`kind: knowledge`, e.g. configs/demo_real.yaml): the pretrained model is
+             probed once, its known facts grouped once; trials report forget / neighbour / retain / held-out
+             accuracy, the MCQ probe, fluency and `forget_score` (the stronger of generation and MCQ).
+  demo       a synthetic demo config (e.g. configs/demo.yaml): the world, the retain model and the target are
+             built once (and kept in the sweep's directory for resumed and other local workers); trials report
+             every TOFU metric against that retain model.
+  unlearn    an `obliviate unlearn` config: its θ0, forget / retain rows and evaluation; trials report its
+             TOFU metrics (forget quality when eval.retain_model is set).
+Every worker prepares its track once and runs its trials in-process on copies of θ0; the θ0 caches
+(teacher and reference statistics) are kept across trials that share them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from obliviate.config import MethodConfig, TrainConfig, build, read_yaml, apply_overrides, to_dict
+from obliviate.errors import ConfigError
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class TrialResult:
+    """One trial's final metrics (numbers only), its evaluation-during-training curve and timings."""
+
+    metrics: dict[str, float | None]
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    seconds: float = 0.0
+    best_step: int | None = None
+    steps: int = 0
+
+
+def numbers(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """The scalar metrics of an evaluation (lists, texts and nested tables left out; NaN as None)."""
+    out: dict[str, float | None] = {}
+    for k, v in metrics.items():
+        if v is None:
+            out[k] = None
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = None if math.isnan(float(v)) else float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a track optimises and reports unless the sweep says otherwise."""
+
+    objectives: tuple[tuple[str, str], ...]  # (direction, expression)
+    forget: str
+    utility: str
+    fluency: str
+    keep: dict[str, float]
+    at_most: dict[str, float]
+
+
+KNOWLEDGE_DEFAULTS = Defaults((("minimize", "forget_score"), ("maximize", "min(neighbours_accuracy, retain_accuracy)")),
+                              "forget_score", "min(neighbours_accuracy, retain_accuracy)", "forget_degenerate_share",
+                              {"neighbours_accuracy": 0.9, "retain_accuracy": 0.9}, {"forget_degenerate_share": 0.1})
+DEMO_DEFAULTS = Defaults((("minimize", "forget_fact_recall"), ("maximize", "model_utility")), "forget_fact_recall",
+                         "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
+                         {"forget_degenerate_share": 0.1})
+UNLEARN_DEFAULTS = Defaults((("minimize", "forget_rouge"), ("maximize", "model_utility")), "forget_rouge",
+                            "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
+                            {"forget_degenerate_share": 0.1})
+
+
+def knowledge_metric_names() -> set[str]:
+    from obliviate.eval.knowledge import KNOWLEDGE_COLUMNS, knowledge_metric_infos
+
+    return set(knowledge_metric_infos()) | {k for k, _ in KNOWLEDGE_COLUMNS} | {
+        "forget_score", "forget_mcq_n", "other_mcq_n", "forget_distinct_ratio", "train_seconds"}
+
+
+def tofu_metric_names() -> set[str]:
+    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
+    from obliviate.eval.memorization import MEMORIZATION_METRICS
+    from obliviate.eval.mia import MIA_METRICS
+    from obliviate.eval.tofu import METRICS
+
+    return set(METRICS) | set(MEMORIZATION_METRICS) | set(MIA_METRICS) | set(CLOSER_LOOK_METRICS) | {
+        "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
+
+
+def detect_kind(raw: Mapping[str, Any]) -> str:
+    """knowledge (kind: knowledge), demo (a synthetic world's keys) or unlearn."""
+    if raw.get("kind") == "knowledge":
+        return "knowledge"
+    if raw.get("kind") is not None:
+        raise ConfigError(f"base config: unknown kind {raw.get('kind')!r}; valid: knowledge (or no kind)")
+    return "demo" if {"world", "tiny", "retain_train", "target_train"} & set(raw) else "unlearn"
+
+
+def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
+    """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
+    from obliviate.demo import DemoConfig
+    from obliviate.knowledge_demo import KnowledgeDemoConfig
+    from obliviate.config import RunConfig
+
+    if not path:
+        raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
+                          "configs/demo.yaml or configs/demo_real.yaml)")
+    raw = read_yaml(path)
+    kind = detect_kind(raw)
+    cls = {"knowledge": KnowledgeDemoConfig, "demo": DemoConfig, "unlearn": RunConfig}[kind]
+    cfg = build(cls, raw)
+    sets = [f"{k}={_yaml(v)}" for k, v in overrides.items()]
+    try:
+        cfg = build(cls, apply_overrides(to_dict(cfg), sets)) if sets else cfg
+    except ConfigError as exc:
+        raise ConfigError(f"set: {exc}") from None
+    return kind, dataclasses.replace(cfg, output_dir="")  # trials write nothing there: the sweep has its own directory
+
+
+def _yaml(value: Any) -> str:
+    import json
+
+    return json.dumps(value)  # JSON is YAML: `set` values keep their type through the override parser
+
+
+class Track:
+    """Base of the three tracks (module docstring)."""
+
+    kind = ""
+    defaults: Defaults
+
+    def __init__(self, cfg: Any, workdir: Path) -> None:
+        self.cfg, self.workdir = cfg, workdir
+        self.model: Any = None
+        self.tok: Any = None
+        self.original: dict[str, float | None] = {}
+        self.original_quick: dict[str, float | None] = {}
+        self.pool: Any = None
+
+    # the base's methods and training section ------------------------------------------------------------
+    def methods(self) -> dict[str, dict[str, Any]]:
+        return {str(k): dict(v) for k, v in self.cfg.methods.items()}
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.cfg.unlearn
+
+    @property
+    def max_length(self) -> int:
+        return int(self.cfg.max_length)
+
+    def metric_names(self) -> set[str]:
+        raise NotImplementedError
+
+    def check(self) -> list[str]:
+        """Checks that need no weights (the command's own pre-flight); lines describing the track."""
+        raise NotImplementedError
+
+    def prepare(self, log: Log) -> None:
+        """Load or build θ0 and the data once per worker, evaluate θ0 (self.original, self.original_quick)."""
+        raise NotImplementedError
+
+    def layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    def quick(self, model: Any, rows: int) -> dict[str, Any]:
+        """The cheap evaluation during training (a declared subset of the metrics on `rows` rows per group)."""
+        raise NotImplementedError
+
+    def evaluate(self, model: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def forget_retain(self) -> tuple[list, list]:
+        raise NotImplementedError
+
+    def student(self) -> Any:
+        """A trainable copy of θ0."""
+        from obliviate.modeling.frozen import frozen_copy
+
+        student = frozen_copy(self.model)
+        for p in student.parameters():
+            p.requires_grad_(True)
+        return student
+
+    def run(self, method: MethodConfig, train: TrainConfig, monitor: Any = None) -> TrialResult:
+        """Unlearn a copy of θ0 with `method` and `train`, evaluate it (on the best evaluation's weights when the
+        monitor keeps the best)."""
+        import torch
+
+        from obliviate.modeling.cache import CachePool
+        from obliviate.train.unlearn import unlearn
+
+        t0 = time.perf_counter()
+        if self.pool is None:
+            self.pool = CachePool()
+        torch.manual_seed(train.seed)
+        student = self.student()
+        forget, retain = self.forget_retain()
+        res = unlearn(student, self.tok, forget, retain, method, train, max_length=self.max_length, monitor=monitor,
+                      cache_pool=self.pool)
+        best = monitor.restore_best(student) if monitor is not None else None
+        student.eval()
+        metrics = numbers(self.evaluate(student))
+        metrics["train_seconds"] = res.seconds
+        return TrialResult(metrics, list(monitor.curve) if monitor is not None else [], res.seconds,
+                           time.perf_counter() - t0, best, len(res.history))
+
+
+class KnowledgeTrack(Track):
+    kind = "knowledge"
+    defaults = KNOWLEDGE_DEFAULTS
+
+    def metric_names(self) -> set[str]:
+        return knowledge_metric_names()
+
+    def methods(self) -> dict[str, dict[str, Any]]:
+        out = super().methods()
+        for name, m in out.items():
+            if (m.get("forget_args") or {}).get("tau") == "auto":
+                raise ConfigError(f"methods.{name}.forget_args.tau: auto (the calibration's choice) is not swept; "
+                                  "give a number, or sweep method.forget_args.tau and layers instead")
+        return out
+
+    def check(self) -> list[str]:
+        from obliviate.knowledge_demo import preflight_knowledge
+
+        self._facts, lines = preflight_knowledge(self.cfg, need_output=False)
+        return lines
+
+    def prepare(self, log: Log) -> None:
+        from obliviate.commands import _load
+        from obliviate.config import LoraSettings
+        from obliviate.eval.generate import generate_answers
+        from obliviate.eval.knowledge import split_known
+
+        cfg, kc = self.cfg, self.cfg.knowledge
+        if not hasattr(self, "_facts"):
+            self.check()
+        facts = self._facts
+        self.model, self.tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))
+        self.model.eval()
+        replies = generate_answers(self.model, self.tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
+                                   batch_size=kc.batch_size, desc=f"probing {len(facts)} facts")
+        self.split = split_known(facts, replies, forget_families=kc.forget_families,
+                                 forget_entities=kc.forget_entities, retain_share=kc.retain_share,
+                                 max_forget=kc.max_forget, seed=cfg.seed)
+        s = self.split
+        log(f"probed {len(facts)} facts: forget {len(s.forget)}, neighbours {len(s.neighbours)}, retain {len(s.retain)}, "
+            f"held out {len(s.heldout)}")
+        probe = {f.id: r for f, r in zip(facts, replies)}
+        self.original = numbers(self._evaluate(self.model, None, probe))
+
+    def _evaluate(self, model: Any, rows: int | None, replies: dict | None = None) -> dict[str, Any]:
+        from obliviate.eval.knowledge import KnowledgeSplit, evaluate_knowledge
+        from obliviate.eval.score import forget_score
+
+        kc, s = self.cfg.knowledge, self.split
+        if rows is not None:  # every group capped, the forget group too (a cheap look during training)
+            s = KnowledgeSplit(s.forget[:rows], s.neighbours[:rows], s.retain[:rows], s.heldout[:rows], s.rows, s.pool)
+        out = evaluate_knowledge(model, self.tok, s, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
+                                 max_eval=kc.max_eval if rows is None else None, seed=self.cfg.seed, replies=replies)
+        out["forget_score"] = forget_score(out.get("forget_accuracy"), out.get("forget_mcq_accuracy"))
+        return out
+
+    def evaluate(self, model: Any) -> dict[str, Any]:
+        return self._evaluate(model, None)
+
+    def quick(self, model: Any, rows: int) -> dict[str, Any]:
+        return self._evaluate(model, rows)
+
+    def forget_retain(self) -> tuple[list, list]:
+        return self.split.train_rows("forget"), self.split.train_rows("retain")
+
+    def student(self) -> Any:
+        from obliviate.knowledge_demo import _student
+
+        return _student(self.model, self.cfg.model)
+
+
+class TofuTrack(Track):
+    """The demo and unlearn tracks: TOFU metrics against a retain model's truth ratios when there is one."""
+
+    def metric_names(self) -> set[str]:
+        return tofu_metric_names()
+
+    def _ready(self, splits: dict, ev: Any, retain_model: Any, source: str) -> None:
+        from obliviate.eval.runner import evaluate_model, forget_truth_ratios
+
+        self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
+        self.retain_tr = (forget_truth_ratios(retain_model, self.tok, splits["forget"], ev, self.max_length)
+                          if retain_model is not None and "forget" in splits else None)
+        self.original = numbers(self.evaluate(self.model))
+
+    def evaluate(self, model: Any) -> dict[str, Any]:
+        from obliviate.eval.runner import evaluate_model
+
+        return evaluate_model(model, self.tok, self.splits, self.ev, self.retain_tr, self.max_length, source=self.source,
+                              retain_model=self.retain_model)
+
+    def quick(self, model: Any, rows: int) -> dict[str, Any]:
+        from obliviate.eval.tofu import evaluate_tofu
+
+        splits = {k: self.splits[k][:rows] for k in ("forget", "retain") if k in self.splits}
+        return evaluate_tofu(model, self.tok, splits, max_new_tokens=self.ev.max_new_tokens,
+                             batch_size=self.ev.batch_size, max_length=self.max_length)
+
+
+class DemoTrack(TofuTrack):
+    kind = "demo"
+    defaults = DEMO_DEFAULTS
+
+    def check(self) -> list[str]:
+        from obliviate.demo import preflight_demo
+
+        return preflight_demo(self.cfg, need_output=False)
+
+    def prepare(self, log: Log) -> None:
+        from obliviate.demo import _eval_config, world_models
+        from obliviate.eval.runner import load_eval_splits
+
+        world, world_dir, self.tok, self.model, retain_model = world_models(self.cfg, self.workdir / "base", log)
+        p = self.cfg.world.forget_percent
+        self._rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
+        ev = _eval_config(self.cfg)
+        self._ready(load_eval_splits(str(world_dir), ev), ev, retain_model, str(world_dir))
+
+    def forget_retain(self) -> tuple[list, list]:
+        return self._rows
+
+
+class UnlearnTrack(TofuTrack):
+    kind = "unlearn"
+    defaults = UNLEARN_DEFAULTS
+
+    def methods(self) -> dict[str, dict[str, Any]]:
+        return {self.cfg.method.label: to_dict(self.cfg.method)}
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.cfg.train
+
+    @property
+    def max_length(self) -> int:
+        return int(self.cfg.data.max_length)
+
+    def check(self) -> list[str]:
+        from obliviate.preflight import preflight_unlearn
+
+        if self.cfg.data.format != "qa":
+            raise ConfigError("a sweep over an unlearn config needs data.format=qa (TOFU-style evaluation); MUSE-style "
+                              "text corpora are not swept yet")
+        if not self.cfg.eval.enabled:
+            raise ConfigError("a sweep evaluates every trial: set eval.enabled=true in the base config")
+        if self.cfg.continual.enabled:
+            raise ConfigError("a sweep runs one unlearning request per trial: set continual.enabled=false")
+        self._plan = preflight_unlearn(dataclasses.replace(self.cfg, output_dir=""), need_output=False)
+        return self._plan.lines
+
+    def prepare(self, log: Log) -> None:
+        from obliviate.commands import _load
+        from obliviate.eval.runner import load_eval_splits
+        from obliviate.modeling.load import load_pretrained
+
+        if not hasattr(self, "_plan"):
+            self.check()
+        plan = self._plan
+        self._rows = plan.forget, plan.retain
+        self.model, self.tok = _load(dataclasses.replace(self.cfg.model, lora=dataclasses.replace(
+            self.cfg.model.lora, enabled=False)))
+        self.model.eval()
+        ev = self.cfg.eval
+        source = ev.source or self.cfg.data.source
+        retain_model = load_pretrained(ev.retain_model)[0] if ev.retain_model else None
+        self._ready(load_eval_splits(source, ev), ev, retain_model, source)
+
+    def forget_retain(self) -> tuple[list, list]:
+        return self._rows
+
+    def student(self) -> Any:
+        mc = self.cfg.model
+        if not mc.lora.enabled:
+            return super().student()
+        from obliviate.knowledge_demo import _student
+
+        return _student(self.model, mc)
+
+
+TRACKS: dict[str, type[Track]] = {"knowledge": KnowledgeTrack, "demo": DemoTrack, "unlearn": UnlearnTrack}
+
+
+def make_track(kind: str, cfg: Any, workdir: Path) -> Track:
+    return TRACKS[kind](cfg, workdir)
