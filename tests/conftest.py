@@ -1,6 +1,7 @@
 """Test setup: one torch thread, the TOFU copy shipped in the package, and a tiny world trained once per session."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,6 +68,34 @@ def trained_small(small_world, small_tok):
     cfg = TrainConfig(max_steps=60, batch_size=16, lr=5e-3, progress=False, weight_decay=0.0)
     finetune(model, small_tok, small_world.splits["full"], cfg, max_length=64)
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory, trained_small, small_tok):
+    """The trained small model saved as a local model directory."""
+    from obliviate.modeling.load import save_model
+
+    d = tmp_path_factory.mktemp("m")
+    save_model(d, trained_small, small_tok)
+    return d
+
+
+@pytest.fixture(scope="session")
+def facts_file(tmp_path_factory, trained_small, small_tok, small_world):
+    """Facts whose gold is the first word of the tiny model's own reply: known by construction."""
+    from obliviate.eval.generate import generate_answers
+
+    rows = small_world.splits["full"][:24]
+    replies = generate_answers(trained_small, small_tok, [r.question for r in rows], max_new_tokens=8)
+    path = tmp_path_factory.mktemp("f") / "facts.jsonl"
+    lines = []
+    for i, (r, reply) in enumerate(zip(rows, replies)):
+        word = next((w for w in reply.split() if w.strip(".,").isalpha()), None)
+        if word:
+            lines.append({"id": f"f{i}", "family": "fam_a" if i % 3 == 0 else "fam_b", "entity": (r.author or "") if i % 2 == 0 else "",
+                          "question": r.question, "answer": word.strip(".,"), "aliases": []})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
 
 
 # ---------------------------------------------------------------- skips: only for reasons a user's machine can have

@@ -11,33 +11,6 @@ from obliviate.errors import ObliviateError
 from obliviate.knowledge_demo import KnowledgeDemoConfig, run_knowledge_demo
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, trained_small, small_tok):
-    from obliviate.modeling.load import save_model
-
-    d = tmp_path_factory.mktemp("m")
-    save_model(d, trained_small, small_tok)
-    return d
-
-
-@pytest.fixture(scope="module")
-def facts_file(tmp_path_factory, trained_small, small_tok, small_world):
-    """Facts whose gold is the first word of the tiny model's own reply: known by construction."""
-    from obliviate.eval.generate import generate_answers
-
-    rows = small_world.splits["full"][:24]
-    replies = generate_answers(trained_small, small_tok, [r.question for r in rows], max_new_tokens=8)
-    path = tmp_path_factory.mktemp("f") / "facts.jsonl"
-    lines = []
-    for i, (r, reply) in enumerate(zip(rows, replies)):
-        word = next((w for w in reply.split() if w.strip(".,").isalpha()), None)
-        if word:
-            lines.append({"id": f"f{i}", "family": "fam_a" if i % 3 == 0 else "fam_b", "entity": (r.author or "") if i % 2 == 0 else "",
-                          "question": r.question, "answer": word.strip(".,"), "aliases": []})
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    return path
-
-
 def _cfg(model_dir, facts_file, out, **over):
     raw = {"kind": "knowledge", "model": {"path": str(model_dir)},
            "knowledge": {"facts": str(facts_file), "forget_families": ["fam_a"], "max_new_tokens": 8, "batch_size": 8,

@@ -50,6 +50,56 @@ class Fact:
     def golds(self) -> list[str]:
         return [self.answer, *self.aliases]
 
+    def forms(self) -> list[str]:
+        """Every form a correct reply may name: the golds plus the forms derived from them (answer_forms)."""
+        return answer_forms(self)
+
+
+# Countries and the adjectives / nouns a reply may use for them ("located in the Australian state of ...").
+# Ambiguous short forms (e.g. "US", which is also the pronoun "us") are left out on purpose.
+DEMONYMS: dict[str, tuple[str, ...]] = {
+    "Argentina": ("Argentine", "Argentinian"), "Australia": ("Australian",), "Austria": ("Austrian",),
+    "Belgium": ("Belgian",), "Brazil": ("Brazilian",), "Cambodia": ("Cambodian",), "Canada": ("Canadian",),
+    "Chile": ("Chilean",), "China": ("Chinese",), "Colombia": ("Colombian",), "Cuba": ("Cuban",),
+    "Czech Republic": ("Czech",), "Denmark": ("Danish",), "Egypt": ("Egyptian",), "England": ("English",),
+    "Finland": ("Finnish",), "France": ("French",), "Germany": ("German",), "Greece": ("Greek",),
+    "Hungary": ("Hungarian",), "India": ("Indian",), "Iran": ("Iranian",), "Iraq": ("Iraqi",), "Ireland": ("Irish",),
+    "Israel": ("Israeli",), "Italy": ("Italian",), "Japan": ("Japanese",), "Jordan": ("Jordanian",),
+    "Kenya": ("Kenyan",), "Mexico": ("Mexican",), "Netherlands": ("Dutch",), "New Zealand": ("New Zealander",),
+    "Nigeria": ("Nigerian",), "Norway": ("Norwegian",), "Peru": ("Peruvian",), "Poland": ("Polish",),
+    "Portugal": ("Portuguese",), "Russia": ("Russian",), "Saudi Arabia": ("Saudi",), "Scotland": ("Scottish",),
+    "South Africa": ("South African",), "South Korea": ("South Korean",), "Spain": ("Spanish",),
+    "Sweden": ("Swedish",), "Switzerland": ("Swiss",), "Tanzania": ("Tanzanian",), "Thailand": ("Thai",),
+    "Turkey": ("Turkish",), "United Arab Emirates": ("Emirati",), "United Kingdom": ("British",),
+    "United States": ("American",), "Vatican City": ("Vatican",), "Wales": ("Welsh",),
+}
+_COUNTRY_OF = {normalise_d: country for country, ds in DEMONYMS.items() for normalise_d in (d.lower() for d in ds)}
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+NATIONALITY_FAMILIES = frozenset({"nationalities"})  # answers are demonyms: the country's name counts too
+
+
+def answer_forms(fact: Fact) -> list[str]:
+    """The golds plus forms derived from them: a country's demonym ("Australia" -> "Australian"), in families whose
+    answers are nationalities the country of a demonym ("English" -> "England"), a number as digits or word
+    ("eight" <-> "8"), and a gold without a leading "the". In order, without repeats."""
+    out = []
+    for gold in fact.golds():
+        out.append(gold)
+        key = normalise(gold)
+        for country, demonyms in DEMONYMS.items():
+            if key == normalise(country):
+                out += demonyms
+        if fact.family in NATIONALITY_FAMILIES and key in _COUNTRY_OF:
+            out.append(_COUNTRY_OF[key])
+        if key in NUMBER_WORDS:
+            out.append(str(NUMBER_WORDS.index(key)))
+        elif key.isdigit() and int(key) < len(NUMBER_WORDS):
+            out.append(NUMBER_WORDS[int(key)])
+        if key.startswith("the ") and len(key) > 4:
+            out.append(gold.strip()[4:])
+    return list(dict.fromkeys(out))
+
 
 def _fact_from_record(rec: Any, where: str) -> Fact:
     """Validate one {id, family, entity, question, answer, aliases} record."""
@@ -126,7 +176,7 @@ def normalise(text: str) -> str:
 def answer_span(reply: str, fact: Fact) -> tuple[int, int] | None:
     """Character span in `reply` of the first gold answer / alias found as whole words, else None."""
     best = None
-    for gold in fact.golds():
+    for gold in answer_forms(fact):
         words = normalise(gold).split()
         if not words:
             continue
@@ -147,9 +197,10 @@ def _fold(text: str) -> str:
 
 
 def is_correct(reply: str, fact: Fact) -> bool:
-    """The normalised gold answer or an alias occurs in the normalised reply as whole words."""
+    """The normalised gold answer, an alias or a derived form (answer_forms) occurs in the normalised reply as
+    whole words."""
     r = f" {normalise(reply)} "
-    return any(f" {normalise(g)} " in r for g in fact.golds() if normalise(g))
+    return any(f" {normalise(g)} " in r for g in answer_forms(fact) if normalise(g))
 
 
 def training_answer(reply: str, fact: Fact) -> QARow:

@@ -140,16 +140,19 @@ class Bar:
     keep: dict[str, float]  # metric -> minimum share of the original model's value
     at_most: dict[str, float]  # metric -> absolute ceiling
 
-    def passes(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
+    def violations(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> int:
+        """How many of the bar's conditions `metrics` breaks (a missing value breaks its condition)."""
+        n = 0
         for name, share in self.keep.items():
             value, ref = _number(metrics.get(name)), _number(original.get(name))
-            if math.isnan(value) or math.isnan(ref) or value < share * ref:
-                return False
+            n += math.isnan(value) or math.isnan(ref) or value < share * ref
         for name, ceiling in self.at_most.items():
             value = _number(metrics.get(name))
-            if math.isnan(value) or value > ceiling:
-                return False
-        return not math.isnan(self.forget(metrics))
+            n += math.isnan(value) or value > ceiling
+        return n + math.isnan(self.forget(metrics))
+
+    def passes(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
+        return self.violations(metrics, original) == 0
 
     def describe(self) -> str:
         parts = [f"{k} >= {v:g}x the original's" for k, v in self.keep.items()]
@@ -161,3 +164,16 @@ def best_under_bar(runs: Sequence[Mapping[str, Any]], bar: Bar, original: Mappin
     """Index of the run with the lowest bar.forget among those that pass the bar (first on ties), else None."""
     passing = [i for i, m in enumerate(runs) if bar.passes(m, original)]
     return min(passing, key=lambda i: (bar.forget(runs[i]), i)) if passing else None
+
+
+def nearest_to_bar(runs: Sequence[Mapping[str, Any]], bar: Bar, original: Mapping[str, Any]) -> int | None:
+    """Index of the run breaking the fewest of the bar's conditions, then with the lowest bar.forget (None: no
+    runs): the bar's winner when one passes, else the closest miss."""
+    if not runs:
+        return None
+
+    def key(i: int) -> tuple[int, float, int]:
+        f = bar.forget(runs[i])
+        return bar.violations(runs[i], original), math.inf if math.isnan(f) else f, i
+
+    return min(range(len(runs)), key=key)

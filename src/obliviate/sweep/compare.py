@@ -78,8 +78,10 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
         kind = kind or study.user_attrs.get("track", "")
         for t in study.get_trials(deepcopy=False):
             ua = t.user_attrs
-            if t.state.name == "FAIL" and ("stale" in ua or "interrupted" in ua):
-                continue  # a stopped worker's trial: done again elsewhere
+            if t.state.name == "FAIL" and ("stale" in ua or "interrupted" in ua or "surplus" in ua):
+                continue  # a stopped worker's trial (done again elsewhere), or one over the budget that never ran
+            if t.state.name in ("RUNNING", "WAITING"):
+                continue
             note = ua.get("error") or ua.get("pruned") or ""
             points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),

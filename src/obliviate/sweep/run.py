@@ -13,6 +13,7 @@ by default, any database URL or a journal file for workers on several machines.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -275,12 +276,24 @@ def fail_stale(study: Any, stale_after_s: float, now: float | None = None) -> in
 
 def counts(trial: Any) -> bool:
     """Whether a trial uses the budget: finished (complete, pruned, failed by its own error) or running. Trials
-    failed because their worker stopped (interrupted, stale) are done again."""
+    failed because their worker stopped (interrupted, stale) are done again; surplus ones never ran."""
     from optuna.trial import TrialState
 
+    if "surplus" in trial.user_attrs:
+        return False
     if trial.state == TrialState.FAIL:
         return "error" in trial.user_attrs
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def surplus(study: Any, trial: Any, budget: int) -> bool:
+    """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget."""
+    repeat = _is_repeat(trial)
+    limit = budget if not repeat else None
+    if limit is None:
+        return False
+    before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and not _is_repeat(t) and counts(t)]
+    return len(before) >= limit
 
 
 def _is_repeat(trial: Any) -> bool:
@@ -319,11 +332,21 @@ def _sampler(cfg: SweepConfig, plan: Plan, method: str, n_trials: int) -> Any:
     import optuna
 
     seed = (cfg.seed * 1_000_003 + sum(map(ord, method)) * 7919 + n_trials) % 2**31
-    if cfg.sampler == "grid":
-        return optuna.samplers.GridSampler(grid_space(plan.dims, method), seed=seed)
-    if cfg.sampler == "random":
+    if cfg.sampler in ("random", "grid"):  # grid: the points are enqueued (grid_point), the sampler fills nothing
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, cfg.trials // 3)))
+
+
+def grid_point(plan: Plan, study: Any, method: str) -> dict[str, Any] | None:
+    """The first grid point (in a fixed order) that no counted trial of the study has taken, or None."""
+    space = grid_space(plan.dims, method)
+    keys = sorted(space)
+    taken = {json.dumps([t.params.get(k) for k in keys]) for t in study.get_trials(deepcopy=False)
+             if counts(t) and not _is_repeat(t)}
+    for combo in itertools.product(*(space[k] for k in keys)):
+        if json.dumps(list(combo)) not in taken:
+            return dict(zip(keys, combo))
+    return None
 
 
 def _study(storage: Any, plan: Plan, method: str, sampler: Any = None) -> Any:
@@ -447,20 +470,14 @@ def _next_method(plan: Plan, studies: dict[str, Any]) -> tuple[str | None, bool]
 
 
 def _best_trial(plan: Plan, study: Any) -> Any:
-    """A method's best finished trial: the bar's winner, else the best of the first objective."""
+    """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
     from optuna.trial import TrialState
 
-    from obliviate.eval.score import best_under_bar
+    from obliviate.eval.score import nearest_to_bar
 
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not _is_repeat(t)]
-    if not done:
-        return None
-    original = study.user_attrs.get("original", {})
-    i = best_under_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, original)
-    if i is not None:
-        return done[i]
-    up, first = plan.objectives[0]
-    return sorted(done, key=lambda t: (-1 if up else 1) * first(t.user_attrs.get("metrics", {})))[0]
+    i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
+    return None if i is None else done[i]
 
 
 def _enqueue_repeats(plan: Plan, study: Any) -> None:
@@ -540,7 +557,18 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
             break
         n = len(studies[method].get_trials(deepcopy=False))
         study = _study(store, plan, method, _sampler(cfg, plan, method, n))
-        outcome = run_trial(plan, study, study.ask(), method, log)
+        if cfg.sampler == "grid" and not _repeat_due(plan, study):
+            point = grid_point(plan, study, method)
+            if point is not None:
+                study.enqueue_trial(point)
+        trial = study.ask()
+        if surplus(study, trial, plan.budget(method)):
+            from optuna.trial import TrialState
+
+            trial.set_user_attr("surplus", True)  # never run: another worker took the last trial first
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        outcome = run_trial(plan, study, trial, method, log)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         ran += 1
     report = write_compare([cfg.output_dir], Path(cfg.output_dir), log=lambda s: None, storage=store)

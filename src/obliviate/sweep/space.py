@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from obliviate.config import MethodConfig, TrainConfig, build
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, ObliviateError
 
 KINDS = ("float", "int", "choices")
 _DIM_KEYS = {"float", "int", "choices", "log", "step", "methods"}
@@ -206,7 +206,7 @@ def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]]
 
                 try:
                     resolve_method(method_cfg)
-                except ConfigError as exc:
+                except ObliviateError as exc:
                     raise ConfigError(f"space.{key}={value!r} ({name}): {exc}") from None
         dims.append(dim)
     return dims

@@ -1,0 +1,215 @@
+"""`obliviate sweep` on a tiny model's knowledge track: budgets, resumption, two workers, pruning, failures, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from obliviate.config import build
+from obliviate.errors import ConfigError, ObliviateError
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.run import plan_sweep, run_sweep
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def base_file(tmp_path_factory, model_dir, facts_file):
+    """A knowledge demo config on the tiny model: forget fam_a, two methods."""
+    raw = {"kind": "knowledge", "model": {"path": str(model_dir)},
+           "knowledge": {"facts": str(facts_file), "forget_families": ["fam_a"], "max_new_tokens": 8, "batch_size": 8,
+                         "max_eval": 4},
+           "max_length": 64, "unlearn": {"max_steps": 4, "batch_size": 2, "lr": 1e-3, "progress": False},
+           "methods": {"GradDiff": {"forget": "ga", "retain": "nll"}, "NPO": {"forget": "npo", "retain": "nll"}}}
+    path = tmp_path_factory.mktemp("base") / "base.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _cfg(base_file, out, **over):
+    raw = {"base": str(base_file), "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+           "trials": 2, "sampler": "random", "output_dir": str(out)}
+    raw.update(over)
+    return build(SweepConfig, raw)
+
+
+def _trials(out, method, study="sweep"):
+    s = optuna.load_study(study_name=f"{study}/{method}", storage=f"sqlite:///{Path(out).resolve() / 'sweep.db'}")
+    return s, s.get_trials(deepcopy=False)
+
+
+def test_a_sweep_runs_each_methods_budget_records_everything_and_writes_the_comparison(base_file, tmp_path):
+    out = tmp_path / "sw"
+    lines = []
+    res = run_sweep(_cfg(base_file, out, eval_every_steps=2, eval_rows=2, repeats=1, keep_best=True), log=lines.append)
+    assert res["outcomes"] == {"complete": 6}  # 2 trials + 1 repeat per method
+    for method in ("GradDiff", "NPO"):
+        study, trials = _trials(out, method)
+        assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+        main, rep = trials[:2], trials[2]
+        for t in main:
+            m = t.user_attrs["metrics"]
+            assert 1e-4 <= t.params["train.lr"] <= 1e-2 and t.user_attrs["params"] == {"train.lr": t.params["train.lr"]}
+            assert t.values[0] == pytest.approx(m["forget_score"])  # objective 1: the track's default
+            assert t.values[1] == pytest.approx(min(m["neighbours_accuracy"], m["retain_accuracy"]))
+            assert [c["step"] for c in t.user_attrs["curve"]] == [2, 4] and t.user_attrs["steps"] == 4
+            assert t.user_attrs["best_step"] in (2, 4)
+        assert rep.user_attrs["repeat_of"] in (0, 1) and rep.user_attrs["seed"] == 1  # base seed 0 + 1
+        assert rep.params == trials[rep.user_attrs["repeat_of"]].params
+        assert study.user_attrs["original"]["forget_accuracy"] == 1.0  # θ0 knows its forget facts by construction
+    for f in ("report.md", "report.html", "frontier.png", "compare.json", "sweep.yaml"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "compare.json").read_text())
+    assert set(summary["methods"]) == {"GradDiff", "NPO"}
+    assert any("[NPO #" in line for line in lines)
+    # the same command again: the budget is met, nothing runs, nothing is lost
+    again = run_sweep(_cfg(base_file, out, eval_every_steps=2, eval_rows=2, repeats=1, keep_best=True),
+                      log=lambda s: None)
+    assert again["ran"] == 0 and len(_trials(out, "NPO")[1]) == 3
+
+
+def test_a_broken_prune_rule_stops_the_trial_at_its_first_evaluation(base_file, tmp_path):
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, trials=1, eval_every_steps=1, eval_rows=2,
+               prune=[{"metric": "retain_accuracy", "below": 2.0}], methods={"GA": {"forget": "ga", "retain": None}})
+    res = run_sweep(cfg, log=lambda s: None)
+    assert res["outcomes"] == {"pruned": 1}
+    t = _trials(out, "GA")[1][0]
+    assert t.state.name == "PRUNED" and [c["step"] for c in t.user_attrs["curve"]] == [1]
+    assert t.user_attrs["pruned"].startswith("pruned at step 1: retain_accuracy = ")
+    # relative to θ0: 0.0 x θ0's accuracy is never broken, the trial completes all 4 steps
+    out2 = tmp_path / "sw2"
+    cfg2 = _cfg(base_file, out2, trials=1, eval_every_steps=1, eval_rows=2, methods={"GA": {"forget": "ga", "retain": None}},
+                prune=[{"metric": "retain_accuracy", "below": 0.0, "relative": True}])
+    assert run_sweep(cfg2, log=lambda s: None)["outcomes"] == {"complete": 1}
+    assert len(_trials(out2, "GA")[1][0].user_attrs["curve"]) == 4
+
+
+def test_a_failed_trial_is_recorded_with_its_error_and_the_sweep_goes_on(base_file, tmp_path, monkeypatch):
+    from obliviate.sweep import tracks
+
+    real = tracks.Track.run
+
+    def flaky(self, method, train, monitor=None):
+        if train.lr > 1e-3:
+            raise RuntimeError("loss is nan")
+        return real(self, method, train, monitor)
+
+    monkeypatch.setattr(tracks.Track, "run", flaky)
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, trials=3, methods={"GA": {"forget": "ga", "retain": "nll"}},
+               space={"train.lr": {"choices": [1e-4, 1e-2, 2e-4]}}, sampler="grid")
+    res = run_sweep(cfg, log=lambda s: None)
+    assert res["outcomes"] == {"complete": 2, "failed": 1}
+    trials = _trials(out, "GA")[1]
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert len(trials) == 3 and len(failed) == 1 and failed[0].params["train.lr"] == 1e-2
+    assert failed[0].user_attrs["error"] == "RuntimeError: loss is nan"
+    assert "GA #" in (out / "report.md").read_text() and "loss is nan" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"space": {"train.learnrate": {"float": [1e-4, 1e-3]}}}, r"unknown key 'train.learnrate'; valid keys: \['seed', "),
+    ({"space": {"train.lr": {"float": [1e-3, 1e-4]}}}, r"range \[0.001, 0.0001\] is inverted"),
+    ({"space": {"train.lr": {"float": [1e-3, 1e-3]}}}, "is empty"),
+    ({"objectives": [{"minimize": "forget_acc"}]}, r"objectives\[0\].minimize: 'forget_acc' names no metric "
+                                                    r"\['forget_acc'\]; valid metrics: \["),
+    ({"objectives": [{"lower": "forget_accuracy"}]}, "expected {minimize: METRIC}"),
+    ({"prune": [{"metric": "nope", "below": 1}], "eval_every_steps": 1}, r"prune\[0\].metric: 'nope' names no metric"),
+    ({"prune": [{"metric": "retain_accuracy", "below": 1}]}, "eval_every_steps=None is impossible"),
+    ({"storage": "sqlite:////no/such/dir/s.db"}, "storage sqlite:////no/such/dir/s.db cannot be opened"),
+    ({"storage": "postgresql://nobody@127.0.0.1:1/db"}, "cannot be opened"),
+    ({"storage": "not a url"}, "neither a database URL"),
+    ({"storage": "journal:/no/such/dir/s.journal"}, "does not exist"),
+    ({"methods": {"X": {"forget": "nope"}}}, "unknown forget objective 'nope'"),
+    ({"bar": {"keep": {"min(a, b)": 0.9}}}, "bar.keep"),
+    ({"base": "no/such/base.yaml"}, "config file not found: no/such/base.yaml"),
+])
+def test_bad_input_is_one_clear_error_with_nothing_written(base_file, tmp_path, over, match):
+    out = tmp_path / "sw"
+    with pytest.raises(ObliviateError, match=match):
+        run_sweep(_cfg(base_file, out, **over), log=lambda s: None)
+    assert not out.exists()
+
+
+def test_validate_describes_a_sweep_without_loading_a_model(base_file, tmp_path):
+    lines = plan_sweep(_cfg(base_file, tmp_path / "sw")).lines
+    assert lines[0].endswith("(knowledge track)") and "methods: GradDiff, NPO; 2, 2 trials each (random)" in lines
+    assert not (tmp_path / "sw").exists()
+
+
+def test_another_sweep_in_the_same_directory_is_refused(base_file, tmp_path):
+    out = tmp_path / "sw"
+    run_sweep(_cfg(base_file, out, trials=1, methods={"GA": {"forget": "ga", "retain": "nll"}}), log=lambda s: None)
+    with pytest.raises(ObliviateError, match="holds another sweep"):
+        run_sweep(_cfg(base_file, out, trials=2, methods={"GA": {"forget": "ga", "retain": "nll"}}), log=lambda s: None)
+    assert len(_trials(out, "GA")[1]) == 1  # nothing already saved is lost
+
+
+def _cli_sweep(cfg_file, *args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "obliviate.cli", "sweep", "--config", str(cfg_file), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _write_cfg(path, base_file, out, **over):
+    raw = {"base": str(base_file), "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+           "methods": {"GA": {"forget": "ga", "retain": "nll"}}, "trials": 6, "sampler": "random",
+           "output_dir": str(out), "stale_after_s": 600}
+    raw.update(over)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_two_workers_share_one_study_each_trial_once_and_both_contribute(base_file, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    procs = [_cli_sweep(_write_cfg(tmp_path / f"w{i}.yaml", base_file, tmp_path / f"out{i}"), "--storage", storage)
+             for i in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    trials = optuna.load_study(study_name="sweep/GA", storage=storage).get_trials()
+    ran = [t for t in trials if "surplus" not in t.user_attrs]
+    assert len(ran) == 6 and all(t.state.name == "COMPLETE" for t in ran)
+    assert len({t.number for t in trials}) == len(trials)
+    assert len({t.user_attrs["worker"] for t in ran}) == 2  # both workers ran trials
+    for i in range(2):  # each worker's own directory holds the report of the shared study
+        assert (tmp_path / f"out{i}" / "report.md").is_file()
+
+
+def test_a_sweep_killed_mid_trial_resumes_with_its_finished_trials_intact(base_file, tmp_path):
+    out = tmp_path / "sw"
+    cfg_file = _write_cfg(tmp_path / "s.yaml", base_file, out, trials=3, set={"unlearn.max_steps": 60})
+    proc = _cli_sweep(cfg_file)
+    db = out / "sweep.db"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait for one finished trial and the next one running
+        if db.is_file():
+            try:
+                states = [t.state.name for t in _trials(out, "GA")[1]]
+            except (KeyError, Exception):
+                states = []
+            if states.count("COMPLETE") >= 1 and "RUNNING" in states:
+                break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the sweep never had a finished and a running trial")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {t.number: (t.params, t.values) for t in _trials(out, "GA")[1] if t.state.name == "COMPLETE"}
+    again = _cli_sweep(cfg_file)
+    log = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, log
+    trials = _trials(out, "GA")[1]
+    after = {t.number: (t.params, t.values) for t in trials if t.state.name == "COMPLETE"}
+    assert len(after) == 3 and all(after[n] == v for n, v in before.items())  # finished trials intact
+    killed = [t for t in trials if t.state.name == "FAIL"]
+    assert len(killed) == 1 and killed[0].user_attrs.get("stale") is True  # the dead worker's trial, done again

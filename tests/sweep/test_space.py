@@ -1,0 +1,101 @@
+"""The search space: every dimension form, its checks before anything runs, sampling and a trial's settings."""
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from obliviate.config import TrainConfig
+from obliviate.errors import ConfigError, ObliviateError
+from obliviate.sweep.space import Dim, grid_size, grid_space, parse_dim, parse_space, trial_settings, valid_keys
+
+METHODS = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl"},
+           "NPO": {"forget": "npo", "retain": "nll"}}
+
+
+@pytest.mark.parametrize("raw, match", [
+    ({"float": [1e-4, 1e-4]}, r"range \[0.0001, 0.0001\] is empty"),
+    ({"float": [1e-3, 1e-4]}, r"range \[0.001, 0.0001\] is inverted"),
+    ({"int": [5, 2]}, "inverted"),
+    ({"int": [1.5, 3]}, "whole numbers"),
+    ({"float": [0.0, 1.0], "log": True}, "log range needs low > 0"),
+    ({"float": [1, 2], "step": 0}, "step: expected a number > 0"),
+    ({"float": [1, 2], "step": 0.5, "log": True}, "step and log cannot be combined"),
+    ({"float": [1]}, r"expected \[low, high\]"),
+    ({"choices": []}, "non-empty list"),
+    ({"float": [1, 2], "choices": [1]}, "exactly one of"),
+    ({"range": [1, 2]}, "exactly one of"),
+    ({"float": [1, 2], "methods": ["GA"]}, r"unknown method\(s\) \['GA'\]; the sweep's methods: \['ASU', 'NPO'\]"),
+    ([1, 2], "expected a mapping"),
+])
+def test_bad_dimensions_are_refused_with_the_reason(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_dim("train.lr", raw, ["ASU", "NPO"])
+
+
+def test_an_unknown_key_lists_the_valid_keys():
+    with pytest.raises(ConfigError) as err:
+        parse_space({"train.learning_rate": {"float": [1e-5, 1e-4]}}, METHODS, TrainConfig())
+    text = str(err.value)
+    assert "unknown key 'train.learning_rate'; valid keys: [" in text
+    for key in ("'seed'", "'train.lr'", "'method.alpha'", "'method.forget_args.tau'", "'method.forget_args.beta'",
+                "'method.combine.rule'"):
+        assert key in text, key
+
+
+def test_a_hyper_parameter_of_another_method_must_be_limited_to_its_methods():
+    with pytest.raises(ConfigError, match=r"method 'NPO' \(npo\) has no hyper-parameter 'tau'; limit the key"):
+        parse_space({"method.forget_args.tau": {"float": [2, 8]}}, METHODS, TrainConfig())
+    dims = parse_space({"method.forget_args.tau": {"float": [2, 8], "methods": ["ASU"]}}, METHODS, TrainConfig())
+    assert dims[0].applies("ASU") and not dims[0].applies("NPO")
+
+
+def test_both_ends_of_a_range_are_checked_by_the_method_itself():
+    with pytest.raises(ConfigError, match=r"space.method.forget_args.tau=0.5 \(ASU\).*sharpens"):
+        parse_space({"method.forget_args.tau": {"float": [0.5, 4], "methods": ["ASU"]}}, METHODS, TrainConfig())
+    with pytest.raises(ObliviateError, match=r"space.method.combine.rule='nope' \(ASU\): unknown gradient rule"):
+        parse_space({"method.combine.rule": {"choices": ["sago", "nope"]}}, METHODS, TrainConfig())
+    with pytest.raises(ConfigError, match=r"space.train.batch_size='big' \(ASU\): train.batch_size: expected int"):
+        parse_space({"train.batch_size": {"choices": [4, "big"]}}, METHODS, TrainConfig())
+
+
+def test_sampling_stays_in_range_and_layer_sets_round_trip_through_optuna():
+    dims = parse_space({"train.lr": {"float": [1e-5, 1e-3], "log": True}, "train.epochs": {"int": [2, 6], "step": 2},
+                        "method.forget_args.layers": {"choices": [[0], [0, 1], None], "methods": ["ASU"]}},
+                       METHODS, TrainConfig())
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(30):
+        t = study.ask()
+        v = {d.key: d.suggest(t) for d in dims}
+        assert 1e-5 <= v["train.lr"] <= 1e-3 and v["train.epochs"] in (2, 4, 6)
+        assert v["method.forget_args.layers"] in ([0], [0, 1], None)
+        seen.add(str(v["method.forget_args.layers"]))
+        study.tell(t, 0.0)
+    assert seen == {"[0]", "[0, 1]", "None"}
+
+
+def test_grid_values_and_size():
+    d = parse_dim("train.lr", {"float": [0.1, 0.3], "step": 0.1}, [])
+    assert d.grid() == pytest.approx([0.1, 0.2, 0.3])
+    assert parse_dim("train.epochs", {"int": [1, 7], "step": 3}, []).grid() == [1, 4, 7]
+    assert Dim("k", "choices", choices=([0], None)).grid() == ["[0]", None]
+    with pytest.raises(ConfigError, match="grid search needs a step"):
+        parse_dim("train.lr", {"float": [0.1, 0.3]}, []).grid()
+    dims = [parse_dim("train.epochs", {"int": [1, 7], "step": 3}, []),
+            parse_dim("method.forget_args.tau", {"choices": [2.0, 4.0], "methods": ["ASU"]}, ["ASU", "NPO"])]
+    assert grid_size(dims, "ASU") == 6 and grid_size(dims, "NPO") == 3
+    assert set(grid_space(dims, "NPO")) == {"train.epochs"}
+
+
+def test_a_trials_settings_are_the_base_with_its_values():
+    method, train = trial_settings(METHODS["ASU"], TrainConfig(lr=1e-5, seed=3),
+                                   {"train.lr": 2e-4, "seed": 7, "method.forget_args.tau": 4.0, "method.alpha": 0.5,
+                                    "method.combine.rule": "sago"})
+    assert (train.lr, train.seed, train.epochs) == (2e-4, 7, TrainConfig().epochs)
+    assert method.forget_args == {"tau": 4.0} and method.alpha == 0.5 and method.combine.rule == "sago"
+    assert METHODS["ASU"]["forget_args"] == {"tau": 2.0}  # the base is not edited
+
+
+def test_valid_keys_follow_the_methods_objectives():
+    keys = valid_keys({"only": {"forget": "simnpo", "retain": "kl"}})
+    assert "method.forget_args.delta" in keys and "method.forget_args.tau" not in keys
