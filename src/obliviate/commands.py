@@ -95,6 +95,21 @@ def _evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
     return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
 
 
+def _monitor(model: Any, tok: Any, source: str, cfg: RunConfig) -> Any:
+    """The evaluation during training of `obliviate unlearn` (eval.every_steps), or None."""
+    ev = cfg.eval
+    if ev.every_steps is None:
+        return None
+    from obliviate.eval.runner import load_eval_splits, quick_tofu
+    from obliviate.eval.score import parse_expr
+    from obliviate.train.monitor import Monitor
+
+    splits = load_eval_splits(ev.source or source, ev)
+    score = parse_expr(ev.keep_best) if ev.keep_best else None
+    return Monitor(ev.every_steps, lambda m: quick_tofu(m, tok, splits, ev.during_rows, ev, cfg.data.max_length),
+                   score=score, maximize=ev.keep_best_direction == "maximize", keep_best=score is not None)
+
+
 def _model_layers(model: Any) -> int | None:
     config = getattr(model, "config", None)
     return layer_count(config.to_dict()) if hasattr(config, "to_dict") else None
@@ -120,10 +135,16 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         if not _main_process():
             return {}
     else:
-        res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length)
+        monitor = _monitor(model, tok, source, cfg)
+        res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
+                      monitor=monitor)
         if not _main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
             return {}
         metrics = {"history": res.history, "train_seconds": res.seconds}
+        if monitor is not None and cfg.eval.keep_best:
+            metrics["best_step"] = monitor.restore_best(model)
+            metrics["best_score"] = monitor.best_score
+            print(f"kept the weights of step {metrics['best_step']} ({cfg.eval.keep_best} = {monitor.best_score:.4f})")
         if res.module_stats:
             metrics["module_stats"] = res.module_stats
     if cfg.eval.enabled and cfg.data.format == "qa":

@@ -229,6 +229,14 @@ class EvalConfig:
                                             "| open_unlearning: without the answer's last token (EOS), as that "
                                             "framework scores them (ES >= 1/N) | all_tokens: every answer token "
                                             "avg_loss counts, EOS included (ES 0 when the last is wrong)")
+    every_steps: int | None = _f(None, "evaluate during training every N optimizer steps (and at the last) on "
+                                       "during_rows rows of the forget and retain splits (ROUGE-L, truth ratio, Prob, "
+                                       "fact recall, fluency); the curve joins metrics.json's history as eval_* keys")
+    during_rows: int = _f(16, "rows of each split in the evaluation during training")
+    keep_best: str | None = _f(None, "end the run on the evaluation during training with the best value of this "
+                                     "metric expression (e.g. 'retain_rougeL_recall - forget_rougeL_recall') instead "
+                                     "of the last step; needs every_steps")
+    keep_best_direction: str = _f("maximize", "maximize | minimize: which end of keep_best is best")
 
     def __post_init__(self) -> None:
         _require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
@@ -237,6 +245,12 @@ class EvalConfig:
         _require(self.protocol in ("tofu", "closer_look"), "eval.protocol", self.protocol, "tofu or closer_look")
         _require(self.token_rule in ("open_unlearning", "all_tokens"), "eval.token_rule", self.token_rule,
                  "open_unlearning or all_tokens")
+        _require(self.every_steps is None or self.every_steps >= 1, "eval.every_steps", self.every_steps, ">= 1 or null")
+        _require(self.during_rows >= 1, "eval.during_rows", self.during_rows, ">= 1")
+        _require(self.keep_best_direction in ("maximize", "minimize"), "eval.keep_best_direction",
+                 self.keep_best_direction, "maximize or minimize")
+        _require(self.keep_best is None or self.every_steps is not None, "eval.keep_best", self.keep_best,
+                 "null unless eval.every_steps is set (the best is chosen among the evaluations during training)")
 
 
 @dataclass(frozen=True)

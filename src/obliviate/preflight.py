@@ -187,6 +187,10 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
         lines[-1] += f", {n_layers} layers"
     if cfg.eval.enabled and cfg.data.format == "qa":
         lines += _check_tofu_eval(cfg, source)
+        lines += _check_during(cfg)
+    elif cfg.eval.every_steps is not None:
+        raise ConfigError("eval.every_steps evaluates TOFU-style QA splits during training; it needs data.format=qa "
+                          "and eval.enabled=true (drop eval.every_steps otherwise)")
     elif cfg.eval.enabled and cfg.muse.source:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
@@ -197,6 +201,24 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     if cfg.audit.enabled:
         lines += _check_audit(cfg, source)
     return Plan(forget, retain, rm, n_layers, lines)
+
+
+def _check_during(cfg: RunConfig) -> list[str]:
+    """Evaluation during training: one unlearning run (not continual), a keep-best score naming real metrics."""
+    ev = cfg.eval
+    if ev.every_steps is None:
+        return []
+    if cfg.continual.enabled:
+        raise ConfigError("eval.every_steps evaluates one unlearning run; with continual.enabled=true each request is "
+                          "its own run: drop eval.every_steps (the continual table evaluates every request)")
+    if ev.keep_best is not None:
+        from obliviate.eval.runner import tofu_metric_names
+        from obliviate.eval.score import parse_expr
+
+        parse_expr(ev.keep_best, tofu_metric_names(), "eval.keep_best")
+    return [f"evaluation during training: every {ev.every_steps} steps on {ev.during_rows} forget and retain rows"
+            + (f", keeping the {'highest' if ev.keep_best_direction == 'maximize' else 'lowest'} {ev.keep_best}"
+               if ev.keep_best else "")]
 
 
 def _check_audit(cfg: RunConfig, source: str) -> list[str]:

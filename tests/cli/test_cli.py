@@ -281,3 +281,35 @@ def test_ls_into_a_closed_pipe_is_quiet():
     proc.stdout.close()  # the reader is gone before anything is written
     err = proc.stderr.read()
     assert proc.wait() == 141 and "Traceback" not in err, err
+
+
+def test_unlearn_evaluates_during_training_and_keeps_the_best_step(world_dir, target_dir, tmp_path, capsys):
+    out = tmp_path / "best"
+    rc = main(["unlearn", "--config", "configs/tofu/graddiff.yaml", f"model.path={target_dir}",
+               f"data.source={world_dir}", "data.forget_split=forget10", "data.retain_split=retain90",
+               "data.max_length=64", "train.max_steps=5", "train.grad_accum=1", "train.progress=false",
+               "train.lr=5e-3", "eval.forget_split=forget10_perturbed", "eval.retain_model=null", "eval.max_new_tokens=8",
+               "eval.max_examples=4",
+               "eval.every_steps=2", "eval.during_rows=3", "eval.keep_best=retain_rougeL_recall - forget_rougeL_recall",
+               f"output_dir={out}"])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    hist = metrics["history"]
+    evaluated = [h for h in hist if "eval_forget_rougeL_recall" in h]
+    assert [hist.index(h) + 1 for h in evaluated] == [2, 4, 5]  # every 2 steps and the last
+    scores = {hist.index(h) + 1: h["eval_retain_rougeL_recall"] - h["eval_forget_rougeL_recall"] for h in evaluated}
+    assert metrics["best_step"] == max(scores, key=lambda s: (scores[s], -s))
+    assert metrics["best_score"] == pytest.approx(scores[metrics["best_step"]])
+    assert f"kept the weights of step {metrics['best_step']}" in capsys.readouterr().out
+
+
+def test_bad_evaluation_during_training_is_refused_before_loading(world_dir, target_dir, tmp_path, capsys):
+    base = ["unlearn", "--config", "configs/tofu/graddiff.yaml", f"model.path={target_dir}", f"data.source={world_dir}",
+            "data.forget_split=forget10", "data.retain_split=retain90", "eval.forget_split=forget10_perturbed",
+            "eval.retain_model=null"]
+    for extra, msg in ((["eval.every_steps=2", "eval.keep_best=forget_rouge"], "'forget_rouge' names no metric"),
+                       (["eval.keep_best=model_utility"], "eval.keep_best='model_utility' is impossible"),
+                       (["eval.every_steps=0"], "eval.every_steps=0 is impossible")):
+        out = tmp_path / "x"
+        assert main(base + extra + [f"output_dir={out}"]) == 2
+        assert msg in capsys.readouterr().err and not out.exists()

@@ -99,3 +99,15 @@ def test_a_trials_settings_are_the_base_with_its_values():
 def test_valid_keys_follow_the_methods_objectives():
     keys = valid_keys({"only": {"forget": "simnpo", "retain": "kl"}})
     assert "method.forget_args.delta" in keys and "method.forget_args.tau" not in keys
+
+
+def test_a_key_may_hold_one_range_per_group_of_methods():
+    dims = parse_space({"method.alpha": [{"float": [0.5, 4.0], "methods": ["ASU"]},
+                                         {"float": [100.0, 1000.0], "methods": ["NPO"]}]}, METHODS, TrainConfig())
+    assert [(d.low, d.methods) for d in dims] == [(0.5, ("ASU",)), (100.0, ("NPO",))]
+    for bad in ([{"float": [0.5, 4.0]}, {"float": [1.0, 2.0], "methods": ["NPO"]}],
+                [{"float": [0.5, 4.0], "methods": ["NPO"]}, {"float": [1.0, 2.0], "methods": ["NPO"]}]):
+        with pytest.raises(ConfigError, match="each method in one of them only"):
+            parse_space({"method.alpha": bad}, METHODS, TrainConfig())
+    with pytest.raises(ConfigError, match="an empty list"):
+        parse_space({"method.alpha": []}, METHODS, TrainConfig())

@@ -83,6 +83,28 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
     return out
 
 
+def quick_tofu(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], rows: int, cfg: EvalConfig,
+               max_length: int = 256) -> dict[str, Any]:
+    """The cheap evaluation during training: TOFU's metrics of the first `rows` forget and retain rows (greedy
+    ROUGE-L, truth ratio, Prob, fact recall, fluency), no memorisation or MIA passes."""
+    from obliviate.eval.tofu import evaluate_tofu
+
+    part = {k: splits[k][:rows] for k in ("forget", "retain") if splits.get(k)}
+    return evaluate_tofu(model, tokenizer, part, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                         max_length=max_length)
+
+
+def tofu_metric_names() -> set[str]:
+    """Every metric a TOFU evaluation can report (the names objectives and keep-best scores may read)."""
+    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
+    from obliviate.eval.memorization import MEMORIZATION_METRICS
+    from obliviate.eval.mia import MIA_METRICS
+    from obliviate.eval.tofu import METRICS
+
+    return set(METRICS) | set(MEMORIZATION_METRICS) | set(MIA_METRICS) | set(CLOSER_LOOK_METRICS) | {
+        "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
+
+
 def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str | None, cfg: EvalConfig,
                   retain_model: Any, max_length: int, notes: list[str]) -> dict[str, Any]:
     """ES/EM of the forget answers; with a holdout split also PrivLeak and the MIA AUCs. One scoring

@@ -10,7 +10,8 @@ A dimension is one of
   {float: [low, high], log: false, step: null}   a real range (log: sampled on a log scale)
   {int: [low, high], log: false, step: 1}        an integer range
   {choices: [a, b, ...]}                         a list of values (any YAML value: layer sets are lists)
-with an optional `methods: [names]` that limits it to those methods (τ only for ASU, β only for NPO).
+with an optional `methods: [names]` that limits it to those methods (τ only for ASU, β only for NPO). A key may
+hold a list of dimensions, each for its own methods (RMU's retain weight lives on another scale than NPO's).
 """
 from __future__ import annotations
 
@@ -176,8 +177,6 @@ def trial_settings(method: Mapping[str, Any], train: TrainConfig, params: Mappin
 def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]], train: TrainConfig) -> list[Dim]:
     """Every dimension, checked: known keys (the error lists them), sound ranges, and values the method and
     training sections accept at both ends of each range and for every choice (so no trial fails on them)."""
-    from obliviate.objectives import FORGET
-
     if not isinstance(raw, Mapping):
         raise ConfigError(f"space: expected a mapping of key -> dimension, got {raw!r}")
     valid = valid_keys(methods)
@@ -186,30 +185,43 @@ def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]]
         key = str(key)
         if key not in valid:
             raise ConfigError(f"space: unknown key {key!r}; valid keys: {valid}")
-        dim = parse_dim(key, spec, list(methods))
-        for name in methods:
-            if not dim.applies(name):
-                continue
-            section = key.split(".")[1] if key.startswith("method.") and key.count(".") >= 2 else None
-            if section in ("forget_args", "retain_args"):
-                arg = key.split(".", 2)[2]
-                owner = methods[name].get("forget" if section == "forget_args" else "retain")
-                from obliviate.objectives import RETAIN
-
-                reg = FORGET if section == "forget_args" else RETAIN
-                if owner not in reg.names() or arg not in reg.get(owner).defaults():
-                    raise ConfigError(f"space.{key}: method {name!r} ({owner}) has no hyper-parameter {arg!r}; "
-                                      f"limit the key with methods: [...] to the methods that have it")
-            for value in dim.extremes():
-                method_cfg, _ = trial_settings(methods[name], train, {key: value}, f"space.{key}={value!r} ({name})")
-                from obliviate.train.unlearn import resolve_method
-
-                try:
-                    resolve_method(method_cfg)
-                except ObliviateError as exc:
-                    raise ConfigError(f"space.{key}={value!r} ({name}): {exc}") from None
-        dims.append(dim)
+        specs = spec if isinstance(spec, list) else [spec]  # a list: one range per group of methods
+        if not specs:
+            raise ConfigError(f"space.{key}: an empty list; give a dimension, or a list of them for different methods")
+        mine = [parse_dim(key, s, list(methods)) for s in specs]
+        if len(mine) > 1:
+            owners = [m for d in mine for m in (d.methods or ["<all>"])]
+            if "<all>" in owners or len(owners) != len(set(owners)):
+                raise ConfigError(f"space.{key}: a list of dimensions needs `methods` on each, each method in one "
+                                  f"of them only (got {owners})")
+        for dim in mine:
+            _check_dim(dim, key, methods, train)
+        dims += mine
     return dims
+
+
+def _check_dim(dim: Dim, key: str, methods: Mapping[str, Mapping[str, Any]], train: TrainConfig) -> None:
+    """A dimension's key exists for every method it applies to, and the method accepts its values."""
+    from obliviate.objectives import FORGET, RETAIN
+    from obliviate.train.unlearn import resolve_method
+
+    for name in methods:
+        if not dim.applies(name):
+            continue
+        section = key.split(".")[1] if key.startswith("method.") and key.count(".") >= 2 else None
+        if section in ("forget_args", "retain_args"):
+            arg = key.split(".", 2)[2]
+            owner = methods[name].get("forget" if section == "forget_args" else "retain")
+            reg = FORGET if section == "forget_args" else RETAIN
+            if owner not in reg.names() or arg not in reg.get(owner).defaults():
+                raise ConfigError(f"space.{key}: method {name!r} ({owner}) has no hyper-parameter {arg!r}; "
+                                  f"limit the key with methods: [...] to the methods that have it")
+        for value in dim.extremes():
+            method_cfg, _ = trial_settings(methods[name], train, {key: value}, f"space.{key}={value!r} ({name})")
+            try:
+                resolve_method(method_cfg)
+            except ObliviateError as exc:
+                raise ConfigError(f"space.{key}={value!r} ({name}): {exc}") from None
 
 
 def grid_space(dims: Sequence[Dim], method: str) -> dict[str, list[Any]]:

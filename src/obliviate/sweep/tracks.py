@@ -82,13 +82,9 @@ def knowledge_metric_names() -> set[str]:
 
 
 def tofu_metric_names() -> set[str]:
-    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
-    from obliviate.eval.memorization import MEMORIZATION_METRICS
-    from obliviate.eval.mia import MIA_METRICS
-    from obliviate.eval.tofu import METRICS
+    from obliviate.eval.runner import tofu_metric_names as names
 
-    return set(METRICS) | set(MEMORIZATION_METRICS) | set(MIA_METRICS) | set(CLOSER_LOOK_METRICS) | {
-        "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
+    return names()
 
 
 def detect_kind(raw: Mapping[str, Any]) -> str:
@@ -229,7 +225,7 @@ class KnowledgeTrack(Track):
         from obliviate.knowledge_demo import preflight_knowledge
 
         self._facts, lines = preflight_knowledge(self.cfg, need_output=False)
-        return lines
+        return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
         from obliviate.commands import _load
@@ -302,11 +298,9 @@ class TofuTrack(Track):
                               retain_model=self.retain_model)
 
     def quick(self, model: Any, rows: int) -> dict[str, Any]:
-        from obliviate.eval.tofu import evaluate_tofu
+        from obliviate.eval.runner import quick_tofu
 
-        splits = {k: self.splits[k][:rows] for k in ("forget", "retain") if k in self.splits}
-        return evaluate_tofu(model, self.tok, splits, max_new_tokens=self.ev.max_new_tokens,
-                             batch_size=self.ev.batch_size, max_length=self.max_length)
+        return quick_tofu(model, self.tok, self.splits, rows, self.ev, self.max_length)
 
 
 class DemoTrack(TofuTrack):
