@@ -45,6 +45,7 @@ RESOLVED_ONLY = {
     "muse-bench/": "MUSE data comes from the Hugging Face hub",
     "cais/wmdp": "WMDP comes from the Hugging Face hub",
     "jinzhuoran/RWKU": "RWKU comes from the Hugging Face hub",
+    "configs/sweep/smollm2": "the SmolLM2 study: hours of CPU, and a database server or a shared file system",
 }
 
 # Appended to each README command (later overrides win): a few optimizer steps, 2 eval rows of 4 new tokens,
@@ -61,6 +62,8 @@ TINY = {
     "eval": ["eval.max_examples=2", "eval.max_new_tokens=4", "overwrite=true"],
     "calibrate": ["max_examples=4", "taus=[2.0]", "layer_sets=[[0]]"],
     "validate": [],
+    "sweep": ["trials=1", "repeats=0", *[f"set.{o}" for o in TINY_DEMO if not o.startswith("overwrite")],
+              "eval_rows=2"],
     "audit": ["max_new_tokens=4", "relearn_steps=1", "max_examples=6", "overwrite=true"],
     "verify": [],
 }
@@ -78,10 +81,11 @@ OUTPUTS = {
     "unlearn": ["model.safetensors", "obliviate.yaml", "metrics.json", "receipt.json", "README.md"],
     "finetune": ["model.safetensors", "obliviate.yaml", "metrics.json"],
     "eval": ["obliviate.yaml", "metrics.json", "report.md"],
+    "sweep": ["sweep.yaml", "sweep.db", "report.md", "report.html", "frontier.png", "compare.json"],
 }
 
 # What a command without an output directory prints.
-PRINTS = {"ls": "forget objectives", "validate": "valid (", "calibrate": "| tau | layers |", "audit": "recovered",
+PRINTS = {"compare": "wrote", "ls": "forget objectives", "validate": "valid (", "calibrate": "| tau | layers |", "audit": "recovered",
           "verify": "match"}
 
 DEMO = "obliviate demo"  # the README's first command: run once per module, the later commands start from its output
@@ -197,6 +201,8 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
         return
     if command in PRINTS:
         assert PRINTS[command] in out, out
+    if command == "sweep":
+        assert "this worker ran 3 trial(s)" in out, out  # one trial of each of the three methods
     if command in OUTPUTS:
         cfg = _resolved(args)
         out_dir = sandbox["dir"] / cfg.output_dir

@@ -210,3 +210,38 @@ def test_given_replies_replace_generation(trained_small, small_tok):
     m = K.evaluate_knowledge(trained_small, small_tok, sp, batch_size=4, replies=given)
     assert m["forget_accuracy"] == pytest.approx(2 / 3) and m["retain_accuracy"] == 1.0
     assert m["forget_generations"][0] == "Lyon."
+
+
+OPERA = Fact("landmarks-opera", "landmarks", "Sydney Opera House", "In which country is the Sydney Opera House?",
+             "Australia")
+NAT = Fact("nat-austen", "nationalities", "Jane Austen", "What nationality was Jane Austen?", "English", ("British",))
+LEGS = Fact("legs-spider", "science_basics", "", "How many legs does a spider have?", "eight", ("8 legs",))
+NILE = Fact("geo-nile", "geography", "", "What is the longest river?", "the Nile")
+
+
+@pytest.mark.parametrize("fact, reply, ok", [
+    (OPERA, "It is located in the Australian state of New South Wales.", True),   # the demonym names the country
+    (OPERA, "It is in Australia.", True),
+    (OPERA, "It is a famous building in Sydney.", False),                          # a dodge: not the answer
+    (OPERA, "An Austrian architect? No, it is in New Zealand.", False),            # Austrian is not Australian
+    (NAT, "She was born in England, in Hampshire.", True),                         # nationality -> its country
+    (NAT, "She was a British novelist.", True),
+    (NAT, "She wrote in French.", False),
+    (LEGS, "A spider has 8 legs.", True), (LEGS, "Eight.", True), (LEGS, "It has 8.", True),
+    (LEGS, "It has six legs.", False), (LEGS, "It has 18 legs.", False),
+    (NILE, "The Nile.", True), (NILE, "Nile, in Africa.", True), (NILE, "The Amazon.", False),
+])
+def test_the_judge_accepts_the_answers_other_forms_and_nothing_else(fact, reply, ok):
+    assert K.is_correct(reply, fact) is ok
+
+
+def test_answer_forms_are_derived_per_family_and_the_span_finds_them():
+    assert K.answer_forms(OPERA) == ["Australia", "Australian"]
+    assert K.answer_forms(NAT) == ["English", "England", "British", "United Kingdom"]
+    demonym_family = Fact("lang-en", "languages", "England", "What language is spoken in England?", "English")
+    assert K.answer_forms(demonym_family) == ["English"]  # only nationality families map a demonym to its country
+    assert K.answer_forms(LEGS) == ["eight", "8", "8 legs"]
+    reply = "It is located in the Australian state of New South Wales."
+    s, e = K.answer_span(reply, OPERA)
+    assert reply[s:e] == "Australian"
+    assert "US" not in K.DEMONYMS["United States"]  # 'us' is also a pronoun: never a form

@@ -1,5 +1,6 @@
 """The θ0 cache (method.cache): cached runs equal live runs; top-k with k = V equals exact; the limit."""
 import copy
+from unittest import mock
 
 import pytest
 import torch
@@ -98,3 +99,42 @@ def test_auto_keeps_the_caches_that_fit(small_world, small_tok, trained_small, c
     small, big = budget.role("asu", "teacher", 10), budget.role("kl", "reference", 1000)
     budget.ensure(512, torch.float32)  # 10·512·4 B fits in 1 MB, 1000·512·4 B does not
     assert (small.kind, big.kind) == ("exact", "off") and "kl reference computed live" in capsys.readouterr().err
+
+
+def test_a_cache_pool_serves_the_next_run_on_the_same_rows_and_equals_a_live_run(hits, small_world, small_tok,
+                                                                                  trained_small):
+    """A sweep's trials share θ0's caches: the second run is served from the first run's entries (no frozen forward
+    for them) and ends on the same weights as a live run; another teacher gets its own cache."""
+    forget, retain = small_world.splits["forget10"][:4], small_world.splits["retain90"][:12]
+    pool = cache_mod.CachePool()
+    first = copy.deepcopy(trained_small).double()
+    unlearn(first, small_tok, forget, retain, _method("asu_kl", cache="exact"), _cfg(), max_length=64, cache_pool=pool)
+    assert len(pool) == 2  # the ASU teacher (forget side) and the KL reference (retain side)
+    stored = {k: len(c.store) for k, c in pool.items()}
+    lives = []
+    real_live = cache_mod.RoleCache.get
+
+    def counting(self, batch, idx, policy_model, live, force_live=False):
+        return real_live(self, batch, idx, policy_model, lambda: lives.append(1) or live(), force_live)
+
+    second = copy.deepcopy(trained_small).double()
+    with mock.patch.object(cache_mod.RoleCache, "get", counting):
+        unlearn(second, small_tok, forget, retain, _method("asu_kl", cache="exact"), _cfg(), max_length=64,
+                cache_pool=pool)
+    assert len(pool) == 2 and all(len(c.store) >= stored[k] for k, c in pool.items())
+    assert lives == []  # the same seeded batches: every θ0 statistic came from the first run's entries
+    live = _run(copy.deepcopy(trained_small).double(), small_world, small_tok, _method("asu_kl", cache="none"))
+    for a, b in zip(live.parameters(), second.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    other = _method("asu_kl", cache="exact")
+    other = MethodConfig(**{**other.__dict__, "forget_args": {"tau": 5.0, "layers": [0]}})
+    unlearn(copy.deepcopy(trained_small).double(), small_tok, forget, retain, other, _cfg(), max_length=64,
+            cache_pool=pool)
+    assert len(pool) == 3  # a new teacher cache; the reference cache is shared
+
+
+def test_a_cache_pool_keeps_at_most_its_limit_oldest_out():
+    pool = cache_mod.CachePool(max_entries=2)
+    for k in "abc":
+        pool[k] = k
+    assert list(pool) == ["b", "c"]
