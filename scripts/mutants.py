@@ -42,6 +42,7 @@ T_SMOOTH = ("tests/modeling/test_smoothing.py",)
 T_TOFU = ("tests/eval/test_tofu.py",)
 T_MEM = ("tests/eval/test_memorization.py", "tests/eval/test_mia.py")
 T_CL = ("tests/eval/test_closer_look.py",)
+T_SCORE = ("tests/eval/test_score.py", "tests/sweep/test_compare.py")
 
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
@@ -199,6 +200,30 @@ MUTANTS: list[Mutant] = [
     Mutant("end_process: the group destroyed after an error too", "train/loop.py",
            "if rc == 0 and dist.is_available() and dist.is_initialized():",
            "if dist.is_available() and dist.is_initialized():", ("tests/train/test_end_process.py",)),
+    # scores over runs (eval/score.py) and the knowledge judge's forms (eval/knowledge.py)
+    Mutant("forget score: MCQ not rescaled above chance", "eval/score.py",
+           "parts.append(max(0.0, (float(mcq_accuracy) - chance) / (1.0 - chance)))",
+           "parts.append(float(mcq_accuracy))", T_SCORE),
+    Mutant("forget score: weaker probe instead of stronger", "eval/score.py", "return max(parts) if parts else None",
+           "return min(parts) if parts else None", T_SCORE),
+    Mutant("pareto: ties count as domination", "eval/score.py", "        if (x > y) if up else (x < y):\n            better = True",
+           "        if (x >= y) if up else (x <= y):\n            better = True", T_SCORE),
+    Mutant("bar: keep share ignored", "eval/score.py", "value < share * ref", "value < ref", T_SCORE),
+    Mutant("bar: ceiling inclusive broken", "eval/score.py", "n += math.isnan(value) or value > ceiling",
+           "n += math.isnan(value) or value >= ceiling", T_SCORE),
+    Mutant("expr: NaN dropped by min/max", "eval/score.py", "    if any(math.isnan(a) for a in args):",
+           "    if False:", T_SCORE),
+    Mutant("judge: demonyms not derived", "eval/knowledge.py", "                out += demonyms", "                pass",
+           ("tests/eval/test_knowledge.py",)),
+    Mutant("judge: number words not derived", "eval/knowledge.py", "            out.append(str(NUMBER_WORDS.index(key)))",
+           "            pass", ("tests/eval/test_knowledge.py",)),
+    Mutant("monitor: best kept on a worse score", "train/monitor.py",
+           "if self.best_score is not None and signed <= (self.best_score if self.maximize else -self.best_score):",
+           "if self.best_score is not None and signed >= (self.best_score if self.maximize else -self.best_score):",
+           ("tests/train/test_monitor.py",)),
+    Mutant("prune: rule never relative", "sweep/run.py",
+           "return self.threshold * self.metric(original) if self.relative else self.threshold",
+           "return self.threshold", ("tests/sweep/test_run.py",)),
 ]
 
 

@@ -66,6 +66,7 @@ def test_shipped_configs_load():
     assert files, "configs/ must hold recipes"
     for f in files:
         kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
+        kind = "sweep" if f.parent.name == "sweep" else kind
         load_config(_config_class(kind, str(f)), f)
     presets = {p.stem for p in (root / "synthetic").glob("*.yaml")}
     assert presets == {p.stem for p in (root / "tofu").glob("*.yaml") if "finetune" not in p.stem}

@@ -18,6 +18,8 @@ def _command(path: Path) -> str:
     """The CLI command a config file is written for (as `obliviate validate`/`unlearn`/... would load it)."""
     if path.parent == CONFIGS and path.stem.startswith("demo"):
         return "demo"
+    if path.parent.name == "sweep":
+        return "sweep"
     return "finetune" if path.stem.startswith("finetune") else "unlearn"
 
 
@@ -62,6 +64,17 @@ def test_methods_name_registered_components(path: Path) -> None:
     assert method.forget in FORGET.names()
     assert method.retain is None or method.retain in RETAIN.names()
     assert method.combine.rule in RULES.names()
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if _command(p) == "sweep"], ids=lambda p: p.name)
+def test_every_sweep_passes_its_whole_check(path: Path, monkeypatch) -> None:
+    """The base, the methods, every dimension at both ends, the objectives and the bar (no model loaded)."""
+    from obliviate.sweep.config import SweepConfig
+    from obliviate.sweep.run import plan_sweep
+
+    monkeypatch.chdir(ROOT)
+    plan = plan_sweep(load_config(SweepConfig, path))
+    assert len(plan.methods) >= 3 and plan.dims and plan.objectives
 
 
 @pytest.mark.parametrize("target", GENERATED)

@@ -213,3 +213,41 @@ def test_a_sweep_killed_mid_trial_resumes_with_its_finished_trials_intact(base_f
     assert len(after) == 3 and all(after[n] == v for n, v in before.items())  # finished trials intact
     killed = [t for t in trials if t.state.name == "FAIL"]
     assert len(killed) == 1 and killed[0].user_attrs.get("stale") is True  # the dead worker's trial, done again
+
+
+def test_a_prune_rule_by_hand():
+    from obliviate.eval.score import parse_expr
+    from obliviate.sweep.run import PruneRule
+
+    rel = PruneRule(parse_expr("a"), below=True, threshold=0.5, relative=True)
+    assert rel.limit({"a": 0.8}) == pytest.approx(0.4)  # half of θ0's value
+    assert rel.broken(0.3, {"a": 0.8}) and not rel.broken(0.45, {"a": 0.8}) and not rel.broken(0.4, {"a": 0.8})
+    absolute = PruneRule(parse_expr("a"), below=True, threshold=0.5, relative=False)
+    assert absolute.limit({"a": 0.8}) == 0.5 and absolute.broken(0.45, {"a": 0.8})
+    above = PruneRule(parse_expr("d"), below=False, threshold=0.5, relative=False)
+    assert above.broken(0.6, {}) and not above.broken(0.5, {})
+    assert not rel.broken(float("nan"), {"a": 0.8}) and not rel.broken(0.1, {})  # a missing value never prunes
+
+
+def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_world, tmp_path):
+    from obliviate.data.synthetic import write_world
+
+    world = write_world(small_world, tmp_path / "world")
+    base = tmp_path / "run.yaml"
+    base.write_text(yaml.safe_dump({
+        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
+                                                   "retain_split": "retain90", "max_length": 64},
+        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 2, "batch_size": 2, "progress": False},
+        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 2,
+                 "max_new_tokens": 4, "holdout_split": None}, "output_dir": "ignored"}))
+    out = tmp_path / "sw"
+    res = run_sweep(_cfg(base, out, trials=1, eval_every_steps=1, eval_rows=2), log=lambda s: None)
+    assert res["outcomes"] == {"complete": 1}
+    study, trials = _trials(out, "npo+nll")
+    m = trials[0].user_attrs["metrics"]
+    assert trials[0].values == [m["forget_rougeL_recall"], m["model_utility"]]  # the unlearn track's defaults
+    assert m["forget_quality"] is not None  # eval.retain_model gives forget quality, computed once per worker
+    assert study.user_attrs["original"]["forget_quality"] == pytest.approx(1.0)  # θ0 against itself
+    assert [c["step"] for c in trials[0].user_attrs["curve"]] == [1, 2]
+    assert "forget_rougeL_recall" in trials[0].user_attrs["curve"][0]
+    assert not Path("ignored").exists()

@@ -69,8 +69,8 @@ KNOWLEDGE_DEFAULTS = Defaults((("minimize", "forget_score"), ("maximize", "min(n
 DEMO_DEFAULTS = Defaults((("minimize", "forget_fact_recall"), ("maximize", "model_utility")), "forget_fact_recall",
                          "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
                          {"forget_degenerate_share": 0.1})
-UNLEARN_DEFAULTS = Defaults((("minimize", "forget_rouge"), ("maximize", "model_utility")), "forget_rouge",
-                            "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
+UNLEARN_DEFAULTS = Defaults((("minimize", "forget_rougeL_recall"), ("maximize", "model_utility")),
+                            "forget_rougeL_recall", "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
                             {"forget_degenerate_share": 0.1})
 
 
