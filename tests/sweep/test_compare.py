@@ -50,6 +50,8 @@ def test_best_at_matched_utility_with_its_seed_spread_or_none_found():
     text, summary, figs = build_report(_coll())
     assert "| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | lr=0.0002 |" in text
     assert "| NPO | none found |" in text
+    assert "Verdict: ASU 0.300 (lowest forget score at matched utility first); none found for NPO." in text
+    assert summary["verdict"] == ["ASU"]
     assert summary["methods"]["ASU"]["seeds"] == [0.3, 0.5]
     assert [x["trial"] for x in summary["methods"]["ASU"]["front"]] == ["ASU #3", "ASU #1", "ASU #0"]
     assert "| ASU | 5 | 1 | 0 |" in text  # complete (repeat included), pruned, failed
@@ -79,3 +81,5 @@ def test_compare_reads_demo_results_and_refuses_a_directory_without_runs(tmp_pat
                                              r"metrics.json\)"):
         write_compare([str(empty)], tmp_path / "cmp2", log=lambda s: None)
     assert not (tmp_path / "cmp2").exists()
+    with pytest.raises(ObliviateError, match="compare: .*nowhere is not a directory"):
+        write_compare([str(tmp_path / "nowhere")], tmp_path / "cmp3", log=lambda s: None)

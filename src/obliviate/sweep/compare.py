@@ -107,6 +107,8 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
     out = Collection([], {}, "")
     for i, d in enumerate(dirs):
         p = Path(d)
+        if not p.is_dir():
+            raise ObliviateError(f"compare: {d} is not a directory; pass sweep, demo or unlearn run directories")
         if (p / "sweep.yaml").is_file():
             c = _sweep_points(p, storage if i == 0 else None)
         elif (p / "results.json").is_file() or (p / "metrics.json").is_file():
@@ -273,6 +275,13 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
             "seeds": [bar.forget(p.metrics) for p in b.seeds],
             "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
                        "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
+    winners = sorted((b for b in bests if b.point is not None), key=lambda b: bar.forget(b.point.metrics))
+    lines += ["", "Verdict: " + (", ".join(f"{b.method} {_fmt(bar.forget(b.point.metrics))}" for b in winners)
+                                 + " (lowest forget score at matched utility first)" if winners
+                                 else "no method has a trial at matched utility")
+              + ("; none found for " + ", ".join(b.method for b in bests if b.point is None)
+                 if len(winners) < len(bests) and winners else "") + "."]
+    summary["verdict"] = [b.method for b in winners]
     lines += ["", "## Pareto fronts", ""]
     for m in methods:
         lines += [f"**{m}**", "", "| trial | forget | utility | fluency | settings |", "|---|---|---|---|---|"]

@@ -399,7 +399,6 @@ def _monitor(plan: Plan, original_quick: dict[str, Any], log: Log) -> Any:
 
 def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     """Run one asked trial and tell the study its outcome; the outcome's name."""
-    import optuna
     from optuna.trial import TrialState
 
     from obliviate.train.monitor import StopRun
@@ -450,7 +449,6 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     study.tell(trial, values)
     shown = ", ".join(f"{e.text} {v:.3f}" for v, (_, e) in zip(values, plan.objectives))
     log(f"{label}: {shown} ({res.seconds:.0f} s)")
-    del optuna
     return "complete"
 
 
@@ -571,6 +569,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         outcome = run_trial(plan, study, trial, method, log)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         ran += 1
-    report = write_compare([cfg.output_dir], Path(cfg.output_dir), log=lambda s: None, storage=store)
+    try:
+        report: Path | str = write_compare([cfg.output_dir], Path(cfg.output_dir), log=lambda s: None, storage=store)
+    except ObliviateError as exc:  # e.g. every trial still running elsewhere: the report comes with a later run
+        report = f"none yet ({exc})"
     log(f"this worker ran {ran} trial(s) {outcomes}; report: {report}")
     return {"ran": ran, "outcomes": outcomes, "report": str(report)}
