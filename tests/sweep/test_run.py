@@ -146,12 +146,15 @@ def test_validate_describes_a_sweep_without_loading_a_model(base_file, tmp_path)
     assert not (tmp_path / "sw").exists()
 
 
-def test_another_sweep_in_the_same_directory_is_refused(base_file, tmp_path):
+def test_another_sweep_in_the_same_directory_is_refused_and_a_larger_budget_extends_it(base_file, tmp_path):
     out = tmp_path / "sw"
     run_sweep(_cfg(base_file, out, trials=1, methods={"GA": {"forget": "ga", "retain": "nll"}}), log=lambda s: None)
     with pytest.raises(ObliviateError, match="holds another sweep"):
-        run_sweep(_cfg(base_file, out, trials=2, methods={"GA": {"forget": "ga", "retain": "nll"}}), log=lambda s: None)
+        run_sweep(_cfg(base_file, out, trials=1, methods={"GA": {"forget": "ga", "retain": "kl"}}), log=lambda s: None)
     assert len(_trials(out, "GA")[1]) == 1  # nothing already saved is lost
+    res = run_sweep(_cfg(base_file, out, trials=2, methods={"GA": {"forget": "ga", "retain": "nll"}}),
+                    log=lambda s: None)
+    assert res["ran"] == 1 and len(_trials(out, "GA")[1]) == 2  # the same sweep, one trial more
 
 
 def _cli_sweep(cfg_file, *args, env=None):

@@ -276,7 +276,13 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
             "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
                        "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
     winners = sorted((b for b in bests if b.point is not None), key=lambda b: bar.forget(b.point.metrics))
-    lines += ["", "Verdict: " + (", ".join(f"{b.method} {_fmt(bar.forget(b.point.metrics))}" for b in winners)
+    base = bar.forget(coll.original) if coll.original else math.nan
+
+    def won(b: Best) -> str:
+        f = bar.forget(b.point.metrics)  # type: ignore[union-attr]
+        return f"{b.method} {_fmt(f)}" + (" (forgets nothing: θ0's score)" if f >= base else "")
+
+    lines += ["", "Verdict: " + (", ".join(won(b) for b in winners)
                                  + " (lowest forget score at matched utility first)" if winners
                                  else "no method has a trial at matched utility")
               + ("; none found for " + ", ".join(b.method for b in bests if b.point is None)

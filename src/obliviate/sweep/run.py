@@ -36,8 +36,9 @@ from obliviate.sweep.tracks import Defaults, Track, load_base, make_track
 Log = Callable[[str], None]
 STORAGE_FILE = "sweep.db"
 CONFIG_FILE = "sweep.yaml"
-# what a study's recorded config must agree on across workers (not where each worker writes, nor its timing)
-_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s")
+# what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
+# timing, nor the budget (raising `trials` extends a finished sweep; repeats already run stay those of the best then)
+_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats")
 
 
 @dataclass(frozen=True)
