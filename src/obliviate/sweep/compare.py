@@ -185,36 +185,46 @@ def _spread(values: Sequence[float]) -> str:
 
 
 def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str, list[Point]]) -> Any:
-    """Scatter of every finished trial (forget x, utility y, fluency as colour, one marker per method), each
-    method's front as a line, θ0 as a star."""
+    """Scatter of every finished trial (forget x, utility y; the face colour is fluency, the edge and marker the
+    method), each method's front as a line in its colour, θ0 as a star underneath."""
+    from matplotlib.colors import Normalize
+    from matplotlib.lines import Line2D
+
     from obliviate.report.plots import _figure
 
     fig = _figure(7.5, 5.0)
     ax = fig.add_subplot(1, 1, 1)
-    markers = "osD^vP*XhP<>"
+    markers, palette = "osD^vPXh<>*p", [f"C{i}" for i in range(10)]
     pts = [p for p in coll.points if p.state == "complete"]
     flu = [axes["fluency"](p.metrics) for p in pts]
     finite = [f for f in flu if not math.isnan(f)]
-    norm = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    for k, method in enumerate(dict.fromkeys(p.method for p in coll.points)):
-        mine = [(p, f) for p, f in zip(pts, flu) if p.method == method]
-        if not mine:
-            continue
-        sc = ax.scatter([axes["forget"](p.metrics) for p, _ in mine], [axes["utility"](p.metrics) for p, _ in mine],
-                        c=[f if not math.isnan(f) else norm[0] for _, f in mine], cmap="viridis_r", vmin=norm[0],
-                        vmax=norm[1] if norm[1] > norm[0] else norm[0] + 1e-9, marker=markers[k % len(markers)],
-                        edgecolors="black", linewidths=0.5, s=45, label=method)
-        f = front.get(method, [])
-        ax.plot([axes["forget"](p.metrics) for p in f], [axes["utility"](p.metrics) for p in f], lw=1.2, alpha=0.8)
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    norm = Normalize(low, high if high > low else low + 1e-9)
+    handles = []
     if coll.original:
-        ax.scatter([axes["forget"](coll.original)], [axes["utility"](coll.original)], marker="*", s=220, c="red",
-                   edgecolors="black", label="θ0 (original)")
-    if pts:
-        fig.colorbar(sc, ax=ax, label=f"{axes['fluency'].text} (colour)")
+        ax.scatter([axes["forget"](coll.original)], [axes["utility"](coll.original)], marker="*", s=260, c="red",
+                   edgecolors="black", zorder=1)
+        handles.append(Line2D([], [], marker="*", ls="", color="red", markeredgecolor="black", markersize=12,
+                              label="θ0 (original)"))
+    sc = None
+    for k, method in enumerate(dict.fromkeys(p.method for p in coll.points)):
+        color, marker = palette[k % len(palette)], markers[k % len(markers)]
+        mine = [(p, f) for p, f in zip(pts, flu) if p.method == method]
+        f = front.get(method, [])
+        ax.plot([axes["forget"](p.metrics) for p in f], [axes["utility"](p.metrics) for p in f], color=color, lw=1.4,
+                alpha=0.9, zorder=2)
+        if mine:
+            sc = ax.scatter([axes["forget"](p.metrics) for p, _ in mine], [axes["utility"](p.metrics) for p, _ in mine],
+                            c=[v if not math.isnan(v) else low for _, v in mine], cmap="viridis_r", norm=norm,
+                            marker=marker, edgecolors=color, linewidths=1.6, s=55, zorder=3)
+        handles.append(Line2D([], [], marker=marker, ls="-", color=color, markerfacecolor="white",
+                              markeredgecolor=color, markeredgewidth=1.6, label=method))
+    if sc is not None:
+        fig.colorbar(sc, ax=ax, label=f"{axes['fluency'].text} (face colour)")
     ax.set_xlabel(f"{axes['forget'].text} ↓")
     ax.set_ylabel(f"{axes['utility'].text} ↑")
     ax.set_title("forget–utility frontier per method (lines: Pareto fronts)")
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(handles=handles, fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     return fig
 
