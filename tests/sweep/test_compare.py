@@ -48,13 +48,14 @@ def test_best_at_matched_utility_with_its_seed_spread_or_none_found():
     assert best["ASU"].point.name == "ASU #1" and [p.name for p in best["ASU"].seeds] == ["ASU #1", "ASU #5"]
     assert best["NPO"].point is None
     text, summary, figs = build_report(_coll())
-    assert "| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | lr=0.0002 |" in text
+    assert ("| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | 0.950 ± 0.071 (n=2) | 2 of 2 | "
+            "lr=0.0002 |") in text
     assert "| NPO | none found |" in text
     assert "Verdict: ASU 0.300 (lowest forget score at matched utility first); none found for NPO." in text
     nothing = [_p("RMU", 0, 1.0, 1.0, 1.0, 0.0)]
     assert "RMU 1.000 (forgets nothing: θ0's score)" in build_report(Collection(nothing, dict(ORIGINAL), "knowledge"))[0]
     assert summary["verdict"] == ["ASU"]
-    assert summary["methods"]["ASU"]["seeds"] == [0.3, 0.5]
+    assert summary["methods"]["ASU"]["seeds"] == [0.3, 0.5] and summary["methods"]["ASU"]["seeds_passing"] == 2
     assert [x["trial"] for x in summary["methods"]["ASU"]["front"]] == ["ASU #3", "ASU #1", "ASU #0"]
     assert "| ASU | 5 | 1 | 0 |" in text  # complete (repeat included), pruned, failed
     assert "ASU #4 (pruned)" in text and [name for name, _ in figs] == ["frontier.png"]

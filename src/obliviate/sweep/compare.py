@@ -268,21 +268,26 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
         states = [p.state for p in coll.points if p.method == m]
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
     lines += ["", f"## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
-              f"| method | trial | forget | utility | fluency | {axes['forget'].text} over seeds | settings |",
-              "|---|---|---|---|---|---|---|"]
+              f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | utility over seeds | "
+              "seeds passing the bar | settings |",
+              "|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {}}
     for b in bests:
         if b.point is None:
-            lines.append(f"| {b.method} | none found | | | | | |")
+            lines.append(f"| {b.method} | none found | | | | | | | |")
         else:
             m = b.point.metrics
+            passing = sum(bar.passes(p.metrics, coll.original) for p in b.seeds)
             lines.append(f"| {b.method} | {b.point.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
                          f"{_fmt(axes['fluency'](m))} | {_spread([bar.forget(p.metrics) for p in b.seeds])} | "
+                         f"{_spread([axes['utility'](p.metrics) for p in b.seeds])} | {passing} of {len(b.seeds)} | "
                          f"{_params(b.point)} |")
         summary["methods"][b.method] = {
             "best": None if b.point is None else {"trial": b.point.name, "params": b.point.params,
                                                   "metrics": b.point.metrics},
             "seeds": [bar.forget(p.metrics) for p in b.seeds],
+            "seeds_utility": [axes["utility"](p.metrics) for p in b.seeds],
+            "seeds_passing": sum(bar.passes(p.metrics, coll.original) for p in b.seeds),
             "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
                        "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
     winners = sorted((b for b in bests if b.point is not None), key=lambda b: bar.forget(b.point.metrics))
