@@ -6,7 +6,7 @@ folder and prints its wall time (the issue's target: <= 10 minutes on 2 cores), 
 directory that already ran (e.g. obliviate-sweep-smollm2) and prints the same figures from its storage: the
 trials' own start and end times (per method, and the whole study's span across all its workers and resumptions).
 
-Usage: python benchmarks/sweep_rate.py [--config configs/sweep/demo.yaml] [--study DIR] [overrides ...]
+Usage: python benchmarks/sweep_rate.py [--config configs/sweep/demo.yaml] [--keep DIR] [--study DIR] [overrides ...]
 """
 from __future__ import annotations
 
@@ -53,9 +53,11 @@ def study_rates(directory: Path) -> None:
           f"{total / span * 3600:.1f}; per hour of trial time {total / busy * 3600:.1f}")
 
 
-def run_demo_sweep(config: str, overrides: list[str]) -> None:
+def run_demo_sweep(config: str, overrides: list[str], keep: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "sweep"
+        out = Path(keep) if keep else Path(tmp) / "sweep"
+        if out.exists():
+            raise SystemExit(f"--keep {keep}: it exists; name a new directory")
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "obliviate.cli", "sweep", "--config", config,
                                f"output_dir={out}", *overrides], capture_output=True, text=True, check=False)
@@ -72,12 +74,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/sweep/demo.yaml")
     ap.add_argument("--study", help="a sweep directory that already ran: read its rates instead of running one")
+    ap.add_argument("--keep", help="run the sweep into this new directory and keep it (its report, its storage)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     if args.study:
         study_rates(Path(args.study))
     else:
-        run_demo_sweep(args.config, args.overrides)
+        run_demo_sweep(args.config, args.overrides, args.keep)
 
 
 if __name__ == "__main__":

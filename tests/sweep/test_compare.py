@@ -50,7 +50,8 @@ def test_best_at_matched_utility_with_its_seed_spread_or_none_found():
     text, summary, figs = build_report(_coll())
     assert ("| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | 0.950 ± 0.071 (n=2) | 2 of 2 | "
             "lr=0.0002 |") in text
-    assert "| NPO | none found |" in text
+    assert ("| NPO | none found | | | | | | | nearest: NPO #0, 0.100 / 0.600, breaks neighbours_accuracy 0.6 < 0.9x 1; "
+            "retain_accuracy 0.8 < 0.9x 1 |") in text
     assert "Verdict: ASU 0.300 (lowest forget score at matched utility first); none found for NPO." in text
     nothing = [_p("RMU", 0, 1.0, 1.0, 1.0, 0.0)]
     assert "RMU 1.000 (forgets nothing: θ0's score)" in build_report(Collection(nothing, dict(ORIGINAL), "knowledge"))[0]

@@ -151,6 +151,21 @@ class Bar:
             n += math.isnan(value) or value > ceiling
         return n + math.isnan(self.forget(metrics))
 
+    def broken(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> list[str]:
+        """The conditions `metrics` breaks, each as text (e.g. 'forget_degenerate_share 0.808 > 0.1')."""
+        out = []
+        for name, share in self.keep.items():
+            value, ref = _number(metrics.get(name)), _number(original.get(name))
+            if math.isnan(value) or math.isnan(ref) or value < share * ref:
+                out.append(f"{name} {value:.3g} < {share:g}x {ref:.3g}")
+        for name, ceiling in self.at_most.items():
+            value = _number(metrics.get(name))
+            if math.isnan(value) or value > ceiling:
+                out.append(f"{name} {value:.3g} > {ceiling:g}")
+        if math.isnan(self.forget(metrics)):
+            out.append(f"{self.forget.text} missing")
+        return out
+
     def passes(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
         return self.violations(metrics, original) == 0
 

@@ -274,7 +274,14 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {}}
     for b in bests:
         if b.point is None:
-            lines.append(f"| {b.method} | none found | | | | | | | |")
+            from obliviate.eval.score import nearest_to_bar
+
+            mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]
+            i = nearest_to_bar([p.metrics for p in mine], bar, coll.original)
+            miss = "" if i is None else (f"nearest: {mine[i].name}, {_fmt(axes['forget'](mine[i].metrics))} / "
+                                         f"{_fmt(axes['utility'](mine[i].metrics))}, breaks "
+                                         + "; ".join(bar.broken(mine[i].metrics, coll.original)))
+            lines.append(f"| {b.method} | none found | | | | | | | {miss} |")
         else:
             m = b.point.metrics
             passing = sum(bar.passes(p.metrics, coll.original) for p in b.seeds)
