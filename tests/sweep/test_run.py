@@ -189,16 +189,19 @@ def test_two_workers_share_one_study_each_trial_once_and_both_contribute(base_fi
 
 def _states(db: Path) -> list[str]:
     """The trials' states read straight from the SQLite file, read-only (opening an Optuna storage here could race
-    the worker that is creating its tables); [] while the file or its tables do not exist yet."""
+    the worker that is creating its tables), a running trial only once its worker has named itself in it (it does
+    so right after asking for it); [] while the file or its tables do not exist yet."""
     import sqlite3
 
     if not db.is_file():
         return []
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-            return [r[0] for r in con.execute("SELECT state FROM trials ORDER BY number")]
+            named = {r[0] for r in con.execute("SELECT trial_id FROM trial_user_attributes WHERE key = 'params'")}
+            rows = con.execute("SELECT trial_id, state FROM trials ORDER BY number").fetchall()
     except sqlite3.OperationalError:
         return []
+    return [state for tid, state in rows if state != "RUNNING" or tid in named]
 
 
 def test_a_sweep_killed_mid_trial_resumes_with_its_finished_trials_intact(base_file, tmp_path):
@@ -228,3 +231,65 @@ def test_a_sweep_killed_mid_trial_resumes_with_its_finished_trials_intact(base_f
     assert len(after) == 3 and all(after[n] == v for n, v in before.items())  # finished trials intact
     killed = [t for t in trials if t.state.name == "FAIL"]
     assert len(killed) == 1 and killed[0].user_attrs.get("stale") is True  # the dead worker's trial, done again
+
+
+def test_a_prune_rule_by_hand():
+    from obliviate.eval.score import parse_expr
+    from obliviate.sweep.run import PruneRule
+
+    rel = PruneRule(parse_expr("a"), below=True, threshold=0.5, relative=True)
+    assert rel.limit({"a": 0.8}) == pytest.approx(0.4)  # half of θ0's value
+    assert rel.broken(0.3, {"a": 0.8}) and not rel.broken(0.45, {"a": 0.8}) and not rel.broken(0.4, {"a": 0.8})
+    absolute = PruneRule(parse_expr("a"), below=True, threshold=0.5, relative=False)
+    assert absolute.limit({"a": 0.8}) == 0.5 and absolute.broken(0.45, {"a": 0.8})
+    above = PruneRule(parse_expr("d"), below=False, threshold=0.5, relative=False)
+    assert above.broken(0.6, {}) and not above.broken(0.5, {})
+    assert not rel.broken(float("nan"), {"a": 0.8}) and not rel.broken(0.1, {})  # a missing value never prunes
+
+
+def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_world, tmp_path):
+    from obliviate.data.synthetic import write_world
+
+    world = write_world(small_world, tmp_path / "world")
+    base = tmp_path / "run.yaml"
+    base.write_text(yaml.safe_dump({
+        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
+                                                   "retain_split": "retain90", "max_length": 64},
+        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 2, "batch_size": 2, "progress": False},
+        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 2,
+                 "max_new_tokens": 4, "holdout_split": None}, "output_dir": "ignored"}))
+    out = tmp_path / "sw"
+    res = run_sweep(_cfg(base, out, trials=1, eval_every_steps=1, eval_rows=2), log=lambda s: None)
+    assert res["outcomes"] == {"complete": 1}
+    study, trials = _trials(out, "npo+nll")
+    m = trials[0].user_attrs["metrics"]
+    assert trials[0].values == [m["forget_rougeL_recall"], m["model_utility"]]  # the unlearn track's defaults
+    assert m["forget_quality"] is not None  # eval.retain_model gives forget quality, computed once per worker
+    assert study.user_attrs["original"]["forget_quality"] == pytest.approx(1.0)  # θ0 against itself
+    assert [c["step"] for c in trials[0].user_attrs["curve"]] == [1, 2]
+    assert "forget_rougeL_recall" in trials[0].user_attrs["curve"][0]
+    assert not Path("ignored").exists()
+
+
+def test_stale_trials_a_dead_worker_a_silent_one_and_one_that_never_named_its_worker(tmp_path):
+    from obliviate.sweep.run import ORPHAN_S, WORKER, fail_stale
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = WORKER.rpartition(":")[0]
+    trials = [study.ask() for _ in range(5)]
+    now = time.time()
+    trials[0].set_user_attr("worker", f"{host}:{dead.pid}")            # this machine, process gone: stale at once
+    trials[0].set_user_attr("heartbeat", now)
+    trials[1].set_user_attr("worker", WORKER)                          # alive and beating: kept
+    trials[1].set_user_attr("heartbeat", now)
+    trials[2].set_user_attr("worker", "elsewhere:1")                   # another machine, silent for 100 s: stale
+    trials[2].set_user_attr("heartbeat", now - 100)
+    trials[3].set_user_attr("heartbeat", now - ORPHAN_S - 1)           # never named its worker: an orphan
+    trials[4].set_user_attr("worker", "elsewhere:2")                   # another machine, beating: kept
+    trials[4].set_user_attr("heartbeat", now - 10)
+    assert fail_stale(study, stale_after_s=60, now=now) == 3
+    got = study.get_trials()
+    assert [t.state.name for t in got] == ["FAIL", "RUNNING", "FAIL", "FAIL", "RUNNING"]
+    assert all(got[i].user_attrs.get("stale") for i in (0, 2, 3))

@@ -254,6 +254,7 @@ def prepare_output(cfg: SweepConfig) -> bool:
 # --- trial bookkeeping ---------------------------------------------------------------------------------------
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
+ORPHAN_S = 30.0  # seconds after which a running trial that never named its worker counts as stale
 
 
 def _alive(worker: str) -> bool:
@@ -282,7 +283,9 @@ def fail_stale(study: Any, stale_after_s: float, now: float | None = None) -> in
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         beat = t.user_attrs.get("heartbeat", t.datetime_start.timestamp() if t.datetime_start else now)
         worker = t.user_attrs.get("worker", "")
-        if (worker and not _alive(worker)) or now - beat > stale_after_s:
+        # a worker names itself right after asking for a trial: a nameless one older than ORPHAN_S died in between
+        orphan = not worker and now - beat > min(ORPHAN_S, stale_after_s)
+        if (worker and not _alive(worker)) or orphan or now - beat > stale_after_s:
             try:
                 study._storage.set_trial_user_attr(t._trial_id, "stale", True)
                 study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)

@@ -321,7 +321,7 @@ class DemoTrack(TofuTrack):
     def check(self) -> list[str]:
         from obliviate.demo import preflight_demo
 
-        return preflight_demo(self.cfg, need_output=False)
+        return [line for line in preflight_demo(self.cfg, need_output=False) if not line.startswith("method ")]
 
     def prepare(self, log: Log) -> None:
         from obliviate.demo import _eval_config, world_models
