@@ -140,17 +140,6 @@ class Bar:
     keep: dict[str, float]  # metric -> minimum share of the original model's value
     at_most: dict[str, float]  # metric -> absolute ceiling
 
-    def violations(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> int:
-        """How many of the bar's conditions `metrics` breaks (a missing value breaks its condition)."""
-        n = 0
-        for name, share in self.keep.items():
-            value, ref = _number(metrics.get(name)), _number(original.get(name))
-            n += math.isnan(value) or math.isnan(ref) or value < share * ref
-        for name, ceiling in self.at_most.items():
-            value = _number(metrics.get(name))
-            n += math.isnan(value) or value > ceiling
-        return n + math.isnan(self.forget(metrics))
-
     def broken(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> list[str]:
         """The conditions `metrics` breaks, each as text (e.g. 'forget_degenerate_share 0.808 > 0.1')."""
         out = []
@@ -165,6 +154,10 @@ class Bar:
         if math.isnan(self.forget(metrics)):
             out.append(f"{self.forget.text} missing")
         return out
+
+    def violations(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> int:
+        """How many of the bar's conditions `metrics` breaks (a missing value breaks its condition)."""
+        return len(self.broken(metrics, original))
 
     def passes(self, metrics: Mapping[str, Any], original: Mapping[str, Any]) -> bool:
         return self.violations(metrics, original) == 0
