@@ -7,10 +7,11 @@ everything but the forget authors and the demo needs one long training run, not 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, build, section, to_dict
 
@@ -261,14 +262,9 @@ def world_models(cfg: DemoConfig, directory: Path, log: Any = print) -> tuple[An
         retain_model, _ = load_pretrained(str(directory / "retain"))
         log(f"  reused the world and its models in {directory}")
         return world, directory / "world", tok, target.eval(), retain_model.eval()
-    before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
+    with threads(cfg.threads):
         torch.manual_seed(cfg.world.seed)
         tok, target, retain_model = _train_models(cfg, world, log)
-    finally:
-        torch.set_num_threads(before)
     with atomic_dir(directory, overwrite=True) as out:
         write_world(world, out / "world")
         save_model(out / "target", target, tok)
@@ -279,13 +275,20 @@ def world_models(cfg: DemoConfig, directory: Path, log: Any = print) -> tuple[An
 
 def run_demo(cfg: DemoConfig, log: Any = print) -> dict[str, Any]:
     """Run the whole story and write results.json, report.md, the world and the models."""
+    with threads(cfg.threads):
+        return _run_demo(cfg, log)
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[None]:
+    """torch's thread count set to `n` (0: left as it is) inside the block, restored after it."""
     import torch
 
     before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if n:
+        torch.set_num_threads(n)
     try:
-        return _run_demo(cfg, log)
+        yield
     finally:
         torch.set_num_threads(before)
 

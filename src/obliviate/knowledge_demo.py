@@ -108,6 +108,18 @@ def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
     return first_per_family(unique_questions(facts), cfg.max_per_family)
 
 
+def probe_and_split(model: Any, tok: Any, facts: list[Fact], cfg: KnowledgeDemoConfig) -> tuple[list[str], KnowledgeSplit]:
+    """θ0's greedy replies to every fact, and the known facts grouped (forget, neighbours, retain, held out)."""
+    from obliviate.eval.generate import generate_answers
+
+    kc = cfg.knowledge
+    replies = generate_answers(model, tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
+                               batch_size=kc.batch_size, desc=f"probing {len(facts)} facts")
+    split = split_known(facts, replies, forget_families=kc.forget_families, forget_entities=kc.forget_entities,
+                        retain_share=kc.retain_share, max_forget=kc.max_forget, seed=cfg.seed)
+    return replies, split
+
+
 def _write_groups(directory: Path, split: KnowledgeSplit) -> None:
     """The groups' training rows as <group>.jsonl (so `obliviate calibrate source=DIR split=forget` works)."""
     from obliviate.data.rows import write_jsonl
@@ -241,7 +253,6 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     from obliviate.commands import _load
     from obliviate.demo import _phases
     from obliviate.eval.analysis import entropy_by_layer
-    from obliviate.eval.generate import generate_answers
     from obliviate.report.markdown import calibration_table, console_table
 
     t0 = time.perf_counter()
@@ -251,11 +262,8 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()
     phase(f"loaded {cfg.model.path} ({sum(p.numel() for p in model.parameters()):,} parameters)")
-    replies = generate_answers(model, tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
-                               batch_size=kc.batch_size, desc=f"probing {len(facts)} facts")
+    replies, split = probe_and_split(model, tok, facts, cfg)
     probe = family_table(facts, replies)
-    split = split_known(facts, replies, forget_families=kc.forget_families, forget_entities=kc.forget_entities,
-                        retain_share=kc.retain_share, max_forget=kc.max_forget, seed=cfg.seed)
     phase(f"probed {len(facts)} facts: {sum(k for _, k, _ in probe)} known; forget {len(split.forget)}, neighbours "
           f"{len(split.neighbours)}, retain {len(split.retain)}, held out {len(split.heldout)}")
     forget_rows = split.train_rows("forget")

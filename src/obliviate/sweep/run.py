@@ -309,12 +309,10 @@ def counts(trial: Any) -> bool:
 
 def surplus(study: Any, trial: Any, budget: int) -> bool:
     """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget."""
-    repeat = _is_repeat(trial)
-    limit = budget if not repeat else None
-    if limit is None:
+    if _is_repeat(trial):
         return False
     before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and not _is_repeat(t) and counts(t)]
-    return len(before) >= limit
+    return len(before) >= budget
 
 
 def _is_repeat(trial: Any) -> bool:
@@ -398,7 +396,7 @@ def _describe(params: dict[str, Any]) -> str:
     return " ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in params.items()) or "base settings"
 
 
-def _monitor(plan: Plan, original_quick: dict[str, Any], log: Log) -> Any:
+def _monitor(plan: Plan, original_quick: dict[str, Any]) -> Any:
     """The evaluation during training of one trial: curve, best weights by the first objective, pruning."""
     from obliviate.train.monitor import Monitor, StopRun
 
@@ -437,7 +435,7 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
         with Heartbeat(study, trial._trial_id, min(30.0, cfg.stale_after_s / 4)):
             method_cfg, train_cfg = trial_settings(plan.methods[method], track.train, params, f"trial of {method}")
             train_cfg = dataclasses.replace(train_cfg, progress=False)  # one line per trial instead of a bar
-            monitor = _monitor(plan, track.original_quick, log)
+            monitor = _monitor(plan, track.original_quick)
             res = track.run(method_cfg, train_cfg, monitor)
     except StopRun as stop:
         trial.set_user_attr("curve", stop.curve)

@@ -81,12 +81,6 @@ def knowledge_metric_names() -> set[str]:
         "forget_score", "forget_mcq_n", "other_mcq_n", "forget_distinct_ratio", "train_seconds"}
 
 
-def tofu_metric_names() -> set[str]:
-    from obliviate.eval.runner import tofu_metric_names as names
-
-    return names()
-
-
 def detect_kind(raw: Mapping[str, Any]) -> str:
     """knowledge (kind: knowledge), demo (a synthetic world's keys) or unlearn."""
     if raw.get("kind") == "knowledge":
@@ -241,20 +235,15 @@ class KnowledgeTrack(Track):
     def prepare(self, log: Log) -> None:
         from obliviate.commands import _load
         from obliviate.config import LoraSettings
-        from obliviate.eval.generate import generate_answers
-        from obliviate.eval.knowledge import split_known
+        from obliviate.knowledge_demo import probe_and_split
 
-        cfg, kc = self.cfg, self.cfg.knowledge
+        cfg = self.cfg
         if not hasattr(self, "_facts"):
             self.check()
         facts = self._facts
         self.model, self.tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))
         self.model.eval()
-        replies = generate_answers(self.model, self.tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
-                                   batch_size=kc.batch_size, desc=f"probing {len(facts)} facts")
-        self.split = split_known(facts, replies, forget_families=kc.forget_families,
-                                 forget_entities=kc.forget_entities, retain_share=kc.retain_share,
-                                 max_forget=kc.max_forget, seed=cfg.seed)
+        replies, self.split = probe_and_split(self.model, self.tok, facts, cfg)
         s = self.split
         log(f"probed {len(facts)} facts: forget {len(s.forget)}, neighbours {len(s.neighbours)}, retain {len(s.retain)}, "
             f"held out {len(s.heldout)}")
@@ -292,10 +281,12 @@ class TofuTrack(Track):
     """The demo and unlearn tracks: TOFU metrics against a retain model's truth ratios when there is one."""
 
     def metric_names(self) -> set[str]:
+        from obliviate.eval.runner import tofu_metric_names
+
         return tofu_metric_names()
 
     def _ready(self, splits: dict, ev: Any, retain_model: Any, source: str) -> None:
-        from obliviate.eval.runner import evaluate_model, forget_truth_ratios
+        from obliviate.eval.runner import forget_truth_ratios
 
         self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
         self.retain_tr = (forget_truth_ratios(retain_model, self.tok, splits["forget"], ev, self.max_length)
