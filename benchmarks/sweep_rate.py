@@ -25,7 +25,7 @@ def study_rates(directory: Path) -> None:
     import optuna
     import yaml
 
-    from obliviate.sweep.run import STORAGE_FILE, open_storage
+    from obliviate.sweep.storage import STORAGE_FILE, open_storage
 
     cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8"))
     storage = open_storage(cfg.get("storage") or f"sqlite:///{directory.resolve() / STORAGE_FILE}")

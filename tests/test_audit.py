@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from obliviate.audit.config import AuditConfig
+from obliviate.config.audit import AuditConfig
 from obliviate.audit.verdict import AttackRow, mark_headlines, recovered_share, share_text
 from obliviate.errors import ConfigError
 
@@ -260,7 +260,7 @@ def test_run_config_audit_without_retain_model(saved):
 
 
 def test_audit_package_and_cli_parser_load_no_torch():
-    code = ("import sys, obliviate.audit, obliviate.audit.cli, obliviate.cli; obliviate.cli._parser(); "
+    code = ("import sys, obliviate.audit, obliviate.cli.audit, obliviate.cli; obliviate.cli.parser(); "
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"

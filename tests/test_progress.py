@@ -9,7 +9,8 @@ import torch
 
 from obliviate import progress as P
 from obliviate.config import TrainConfig
-from obliviate.train.loop import LossPlan, make_accelerator, make_optimizer, run_loop
+from obliviate.train.loop import LossPlan, make_accelerator, run_loop
+from obliviate.train.optim import make_optimizer
 
 LINE = re.compile(r"^unlearn npo\+sago: step (\d+)/(\d+) \((\d+)%\) forget -?[\d.]+ retain [\d.]+ grad_norm [\d.]+ "
                   r"elapsed \d+s$")

@@ -120,11 +120,13 @@ def _tiny_args(cmd: str) -> list[str]:
 
 def _resolved(args: list[str]) -> Any:
     """The config the CLI would run with (what `--show-config` prints), as the dataclass."""
-    from obliviate.cli import _eval_shortcuts, _parser, command_class
+    from obliviate.cli import parser
+    from obliviate.cli.configured import command_class
+    from obliviate.cli.eval import eval_shortcuts
     from obliviate.config import load_config
 
-    ns = _parser().parse_args(args)
-    overrides = (_eval_shortcuts(ns) if ns.command == "eval" else []) + list(ns.overrides)
+    ns = parser().parse_args(args)
+    overrides = (eval_shortcuts(ns) if ns.command == "eval" else []) + list(ns.overrides)
     return load_config(command_class(ns), ns.config, overrides)
 
 

@@ -13,33 +13,11 @@ from typing import Any
 
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
 from obliviate.errors import ConfigError, DataError
-from obliviate.paths import (check_layer_indices, check_model_source, check_optional_model, check_output_dir,
-                             check_tokenizer_source, check_writable_location, layer_count, model_config)
-
-
-def need(value: Any, key: str, example: str) -> Any:
-    """`value`, or a ConfigError saying how to set `key` when it is empty."""
-    if not value:
-        raise ConfigError(f"{key} is not set; add {key}={example} (on the command line or in the YAML)")
-    return value
-
-
-def load_data(source: str, fmt: str, splits: list) -> list:
-    """QA rows (format qa) or raw documents (format text) of the named splits, concatenated."""
-    from obliviate.data.rows import load_split
-
-    if not splits:
-        raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
-    if fmt == "text":
-        from obliviate.data.text import load_texts
-
-        skipped: list[str] = []  # empty documents (MUSE-News raw/forget.json item 821) are left out, counted
-        docs = [t for s in splits for t in load_texts(source, str(s), skipped=skipped)]
-        if skipped:
-            print(f"skipped {len(skipped)} empty document(s): {', '.join(skipped[:5])}"
-                  + (" ..." if len(skipped) > 5 else ""))
-        return docs
-    return [r for s in splits for r in load_split(source, str(s))]
+from obliviate.config.fields import need
+from obliviate.data.splits import load_data
+from obliviate.files import check_output_dir, check_writable_location
+from obliviate.modeling.sources import (check_layer_indices, check_model_source, check_optional_model,
+                                        check_tokenizer_source, layer_count, model_config)
 
 
 def input_paths(cfg: RunConfig) -> dict[str, Any]:
@@ -124,7 +102,7 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
     """TOFU evaluation after training: its splits load, and its models exist (lines for `validate`)."""
     from obliviate.data.rows import load_split
     from obliviate.eval.runner import load_eval_splits
-    from obliviate.eval.tofu import _perturbed_count
+    from obliviate.eval.tofu import perturbed_count
 
     ev = cfg.eval
     splits = load_eval_splits(source, ev)
@@ -135,7 +113,7 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
         if "forget" not in splits:
             raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a "
                               "forget split")
-        k, why = _perturbed_count(splits["forget"])
+        k, why = perturbed_count(splits["forget"])
         if k is None:
             raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
         lines.append("eval retain model: " + check_model_source(ev.retain_model, "eval.retain_model"))
@@ -225,7 +203,7 @@ def _check_audit(cfg: RunConfig, source: str) -> list[str]:
     """A run's own audit (audit.enabled): QA data, a saved model it can load, its splits and reference model."""
     import dataclasses
 
-    from obliviate.audit.run import load_audit_data
+    from obliviate.data.splits import load_attack_splits
 
     if cfg.data.format != "qa":
         raise ConfigError("audit.enabled=true attacks answers to questions, but data.format is text; use a QA "
@@ -237,7 +215,7 @@ def _check_audit(cfg: RunConfig, source: str) -> list[str]:
         check_model_source(cfg.audit.retain_model, "audit.retain_model")
     filled = dataclasses.replace(cfg.audit, data=cfg.audit.data or cfg.eval.source or source,
                                  forget_split=cfg.audit.forget_split or cfg.data.forget_split)
-    forget, retain, holdout, _ = load_audit_data(filled)
+    forget, retain, holdout, _ = load_attack_splits(filled.data, *filled.split_names())
     return [f"audit: {', '.join(cfg.audit.attacks)} on {len(forget)} forget rows "
             f"({len(retain)} retain, {len(holdout)} holdout)"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from obliviate.errors import ObliviateError
-from obliviate.jsonio import file_sha256, write_json_atomic
+from obliviate.files import file_sha256, write_json_atomic
 
 RECEIPT_VERSION = 1
 RECEIPT_NAME = "receipt.json"
@@ -414,7 +414,7 @@ def _compare_side(side: str, record: Mapping[str, Any], rows: Sequence[Any], dig
 def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> list[Difference]:
     """Re-encode the receipt's forget and retain splits from `source` with the model's tokenizer and compare."""
     from obliviate.modeling.load import load_tokenizer
-    from obliviate.preflight import load_data
+    from obliviate.data.splits import load_data
 
     try:
         data, cfg_data = receipt["data"], receipt["config"]["data"]

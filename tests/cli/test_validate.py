@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from obliviate.cli import _config_class, _parser, command_class, main
+from obliviate.cli import parser, main
+from obliviate.cli.configured import config_class, command_class
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -21,9 +22,9 @@ CONFIGS = ROOT / "configs"
 def test_the_command_is_told_by_the_keys(tmp_path, text, command):
     f = tmp_path / "c.yaml"
     f.write_text(text)
-    assert command_class(_parser().parse_args(["validate", "--config", str(f)])) is _config_class(command)
-    assert command_class(_parser().parse_args(["validate", "--config", str(f), "--as", "finetune"])) is \
-        _config_class("finetune")
+    assert command_class(parser().parse_args(["validate", "--config", str(f)])) is config_class(command)
+    assert command_class(parser().parse_args(["validate", "--config", str(f), "--as", "finetune"])) is \
+        config_class("finetune")
 
 
 def test_the_synthetic_demo_config_validates(capsys):

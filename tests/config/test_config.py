@@ -2,7 +2,7 @@
 import pytest
 
 from obliviate.config import RunConfig, apply_overrides, load_config
-from obliviate.demo import DemoConfig
+from obliviate.demos.synthetic import DemoConfig
 from obliviate.errors import ConfigError
 
 
@@ -60,14 +60,14 @@ def test_shipped_configs_load():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "configs"
-    from obliviate.cli import _config_class
+    from obliviate.cli.configured import config_class
 
     files = sorted(root.rglob("*.yaml"))
     assert files, "configs/ must hold recipes"
     for f in files:
         kind = "demo" if f.stem.startswith("demo") else ("finetune" if "finetune" in f.stem else "unlearn")
         kind = "sweep" if f.parent.name == "sweep" else kind
-        load_config(_config_class(kind, str(f)), f)
+        load_config(config_class(kind, str(f)), f)
     presets = {p.stem for p in (root / "synthetic").glob("*.yaml")}
     assert presets == {p.stem for p in (root / "tofu").glob("*.yaml") if "finetune" not in p.stem}
     assert {p.stem for p in (root / "muse").glob("*.yaml")} == presets - {"idk_dpo", "idk_ap"}
@@ -87,7 +87,7 @@ def test_overrides_keep_the_order_of_mappings():
     """Methods run (and are tabled) in the YAML's order, with or without command-line overrides."""
     from pathlib import Path
 
-    from obliviate.knowledge_demo import KnowledgeDemoConfig
+    from obliviate.demos.knowledge import KnowledgeDemoConfig
 
     path = Path(__file__).resolve().parents[2] / "configs" / "demo_real.yaml"
     plain = list(load_config(KnowledgeDemoConfig, path).methods)

@@ -41,17 +41,18 @@ def test_presets_exist() -> None:
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_yaml_loads(path: Path) -> None:
-    from obliviate.cli import _config_class
+    from obliviate.cli.configured import config_class
 
-    load_config(_config_class(_command(path), str(path)), path)
+    load_config(config_class(_command(path), str(path)), path)
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path: Path) -> None:
-    from obliviate.cli import _config_class, _parser, command_class
+    from obliviate.cli import parser
+    from obliviate.cli.configured import config_class, command_class
 
-    ns = _parser().parse_args(["validate", "--config", str(path)])
-    assert command_class(ns) is _config_class(_command(path), str(path))
+    ns = parser().parse_args(["validate", "--config", str(path)])
+    assert command_class(ns) is config_class(_command(path), str(path))
 
 
 @pytest.mark.parametrize("path", UNLEARN, ids=lambda p: str(p.relative_to(CONFIGS)))

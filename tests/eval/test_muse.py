@@ -250,7 +250,7 @@ def test_muse_min_k_auc_defaults_to_the_model_context(tok_model):
 
 
 def test_raw_corpus_empty_documents_and_explicit_files(tmp_path, capsys):
-    from obliviate.commands import _load_data
+    from obliviate.data.splits import load_data as _load_data
 
     raw = tmp_path / "raw"
     write(raw / "forget.json", [{"text": "first"}, {"text": ""}, "third", " \n"])  # MUSE-News has one empty

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from obliviate.config import build
-from obliviate.errors import ConfigError, ObliviateError
+from obliviate.errors import ObliviateError
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import plan_sweep, run_sweep
 

@@ -31,9 +31,9 @@ def run(out: Path, per_device_batch: int) -> None:
     if acc.num_processes > 1:
         result["reduced"] = fsdp.all_reduce_sums(torch.tensor([acc.process_index + 1.0, 2.0])).tolist()
     seen: list[str] = []
-    from obliviate.train import loop
+    from obliviate.train import optim
 
-    original = loop.make_optimizer
+    original = optim.make_optimizer
 
     def spy(model, cfg, steps):  # the optimizer is built over the shards: record what it holds
         seen.append(type(next(model.parameters())).__name__)
@@ -46,12 +46,12 @@ def run(out: Path, per_device_batch: int) -> None:
                               combine=CombineConfig(rule=rule), **kw)
         cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
                           scheduler="constant", weight_decay=0.0, fsdp=True)
-        loop.make_optimizer = spy
+        optim.make_optimizer = spy
         try:
             res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], method, cfg,
                           max_length=48, accelerator=acc)
         finally:
-            loop.make_optimizer = original
+            optim.make_optimizer = original
         result[rule] = {"params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
                         "history": res.history, "class": type(model).__name__,
                         "plain": all(type(p) is torch.nn.Parameter for p in model.parameters()),

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from obliviate.audit.config import AuditConfig
+from obliviate.config.audit import AuditConfig
 from obliviate.audit.probes import (
     Probe,
     answer_probs,

@@ -4,42 +4,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from obliviate.audit.config import AuditConfig
-from obliviate.data.rows import QARow, load_split
-from obliviate.errors import ConfigError, DataError
-
-
-def _split(source: str, name: str) -> list[QARow]:
-    """Rows of split `name` of `source`, or of the file `name` when it is one."""
-    return load_split(name) if Path(name).is_file() else load_split(source, name)
+from obliviate.config.audit import AuditConfig
+from obliviate.data.rows import QARow
+from obliviate.data.splits import load_attack_splits
+from obliviate.errors import ConfigError
 
 
 def load_audit_data(cfg: AuditConfig) -> tuple[list[QARow], list[QARow], list[QARow], list[str]]:
-    """(forget, retain, holdout, notes): the forget split (its _perturbed version when present) and its partners."""
+    """(forget, retain, holdout, notes) of an audit (data.splits.load_attack_splits with the audit's split names)."""
     if not cfg.data:
         raise ConfigError("audit needs data: --data DIR (a TOFU-style directory such as obliviate-demo/world)")
-    fsplit, rsplit, hsplit = cfg.split_names()
-    notes: list[str] = []
-    if Path(cfg.data).is_file():
-        forget = load_split(cfg.data)
-    else:
-        try:
-            forget = load_split(cfg.data, f"{fsplit}_perturbed")
-        except DataError:
-            forget = load_split(cfg.data, fsplit)
-            notes.append(f"no {fsplit}_perturbed split: paraphrased questions may be missing")
-    parts = []
-    for what, name in (("retain", rsplit), ("holdout", hsplit)):
-        rows: list[QARow] = []
-        if name and not Path(cfg.data).is_file() or name and Path(name).is_file():
-            try:
-                rows = _split(cfg.data, name)
-            except DataError as exc:
-                notes.append(f"{what} rows not loaded ({exc})")
-        else:
-            notes.append(f"no {what} split given (--{what}-split)")
-        parts.append(rows)
-    return forget, parts[0], parts[1], notes
+    return load_attack_splits(cfg.data, *cfg.split_names())
 
 
 def _same_vocab(tok: Any, path: str, what: str) -> None:
@@ -89,7 +64,7 @@ def audit_from_config(cfg: AuditConfig, log: Callable[[str], None] = print) -> A
 def write_audit(out: Path, res: Any, cfg: AuditConfig, **where: str | None) -> None:
     """audit.json (everything, raw shares, what was audited: `where`) and report.md / report.html into `out`."""
     from obliviate.audit.verdict import write_reports
-    from obliviate.jsonio import write_json
+    from obliviate.files import write_json
 
     data = res.to_json() | dict(where) | {"splits": load_names(cfg)}
     write_json(out / "audit.json", data)

@@ -140,7 +140,7 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     """report.md and report.html of an audit into `out_dir`."""
     from pathlib import Path
 
-    from obliviate.report.html import CSS
+    from obliviate.resources import stylesheet
 
     out = Path(out_dir)
     text = EXPLAIN.format(metric=result["k_metric"], ref0=result["ref0"])
@@ -161,7 +161,7 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     base_html = "".join(f"<tr><td>{escape(m)}</td><td class='num'>{num(v.get('k'))}</td>"
                         f"<td class='num'>{num(v.get('prob'))}</td></tr>" for m, v in base.items())
-    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate audit</title><style>{CSS}</style>"
+    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate audit</title><style>{stylesheet()}</style>"
             f"</head><body><h1>obliviate audit</h1><p class='meta'>unlearned: {escape(str(result.get('model')))}; "
             f"original: {escape(str(result.get('original')))}; retain model: "
             f"{escape(str(result.get('retain_model')))}</p><h2>Verdict</h2>{html_verdict(rows)}"

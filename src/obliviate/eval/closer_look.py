@@ -34,7 +34,7 @@ from scipy.stats import hmean
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
 from obliviate.eval.fluency import token_entropy
-from obliviate.eval.tofu import _WHERE, KINDS, METRICS, UTILITY_SPLITS, MetricInfo, SplitResult, evaluate_split
+from obliviate.eval.tofu import SPLIT_WHERE, KINDS, METRICS, UTILITY_SPLITS, MetricInfo, SplitResult, evaluate_split
 
 DEFAULT_EMBEDDING = "sentence-transformers/paraphrase-MiniLM-L6-v2"
 DEFAULT_NLI = "sileod/deberta-v3-base-tasksource-nli"
@@ -347,7 +347,7 @@ def _build_metrics() -> dict[str, MetricInfo]:
                 infos.append(METRICS[name])
                 continue
             doc = _FORGET_TR_DOC if name == "forget_cl_truth_ratio" else _DOC[p]
-            infos.append(MetricInfo(name, up, 1, f"{_WHERE[s]}: {doc}"))
+            infos.append(MetricInfo(name, up, 1, f"{SPLIT_WHERE[s]}: {doc}"))
     return {m.name: m for m in infos}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig
 from obliviate.data.rows import QARow, load_split
 from obliviate.errors import DataError
-from obliviate.eval.tofu import SplitResult, _correct_answers, _perturbed_count, _split_losses, evaluate_tofu, truth_ratio
+from obliviate.eval.tofu import SplitResult, correct_answers, perturbed_count, split_losses, evaluate_tofu, truth_ratio
 
 SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}
@@ -51,11 +51,11 @@ def load_eval_splits(source: str, cfg: EvalConfig) -> dict[str, list[QARow]]:
 
 def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: EvalConfig, max_length: int = 256) -> np.ndarray:
     """Per-example forget truth ratios [N] of `model` (no generation): what forget_quality compares against."""
-    k, why = _perturbed_count(rows)
+    k, why = perturbed_count(rows)
     if k is None:
         raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
-    correct, _ = _correct_answers(rows, "forget")
-    _, para, pert = _split_losses(model, tokenizer, rows, correct, k, cfg.batch_size, length_limits(cfg, max_length)[0])
+    correct, _ = correct_answers(rows, "forget")
+    _, para, pert = split_losses(model, tokenizer, rows, correct, k, cfg.batch_size, length_limits(cfg, max_length)[0])
     return truth_ratio(para, pert)
 
 

@@ -36,7 +36,7 @@ class MetricInfo:
     description: str
 
 
-_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
+SPLIT_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
           "world_facts": "world facts"}
 _PROB_DOC = {"qa": "mean exp(-avg_loss(q, answer))",
              "mcq": "mean c/(c + sum w), length-normalised probs of the answer vs its perturbed answers"}
@@ -54,7 +54,7 @@ def _build_metrics() -> dict[str, MetricInfo]:
     """The METRICS table: on the forget set lower prob/ROUGE/fact recall is better, elsewhere higher."""
     infos = list(_OTHER_METRICS)
     for s in KINDS:
-        up, where = s != "forget", _WHERE[s]
+        up, where = s != "forget", SPLIT_WHERE[s]
         prob_doc = _PROB_DOC["qa" if s in ("forget", "retain") else "mcq"]
         infos += [MetricInfo(f"{s}_prob", up, 1, f"{where}: {prob_doc}"),
                   MetricInfo(f"{s}_rougeL_recall", up, 1, f"{where}: mean ROUGE-L recall, greedy answer vs answer"),
@@ -178,7 +178,7 @@ class SplitResult:
 
 
 
-def _perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
+def perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
     """K, the number of perturbed answers per row, or None and the reason truth ratios cannot be computed."""
     lacking = sum(1 for r in rows if not r.perturbed_answer)
     if lacking:
@@ -189,7 +189,7 @@ def _perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
     return counts[0], None
 
 
-def _correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
+def correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
     """The TR 'correct' answer per row (paraphrase on forget/retain, answer on ra/wf) and the fallback count."""
     if kind in ("real_authors", "world_facts"):
         return [r.answer for r in rows], 0
@@ -197,7 +197,7 @@ def _correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
     return [r.answer if p is None else p for r, p in zip(rows, para)], para.count(None)
 
 
-def _split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: list[str] | None, k: int | None,
+def split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: list[str] | None, k: int | None,
                   batch_size: int, max_length: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """One batched pass: avg_loss of answers [N], of separate correct answers [N] (if given), of perturbed [N, K]."""
     n = len(rows)
@@ -223,14 +223,14 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
     if not rows:
         raise ValueError(f"split {kind!r} has no rows to evaluate")
     notes: list[str] = []
-    k, why = _perturbed_count(rows)
+    k, why = perturbed_count(rows)
     if why:
         notes.append(why)
     qa_split = kind in ("forget", "retain")
-    correct, fallback = _correct_answers(rows, kind)
+    correct, fallback = correct_answers(rows, kind)
     if qa_split and k is not None and fallback:
         notes.append(f"{fallback} of {len(rows)} rows lack paraphrased_answer: their truth ratio uses the answer")
-    answer_loss, para_loss, pert_loss = _split_losses(
+    answer_loss, para_loss, pert_loss = split_losses(
         model, tokenizer, rows, correct if qa_split and k is not None else None, k, batch_size, max_length)
     tr = None if pert_loss is None else truth_ratio(para_loss if qa_split else answer_loss, pert_loss)
     if qa_split:

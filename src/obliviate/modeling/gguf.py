@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.jsonio import file_sha256
+from obliviate.files import file_sha256
 
 MARKER = "obliviate-gguf.json"
 
@@ -130,7 +130,7 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(f"converting {file.name} to float32 safetensors in {target} (once; later loads reuse it)")
-    from obliviate.paths import current_umask
+    from obliviate.files import current_umask
     from obliviate.progress import phase
 
     with phase(f"converting {file.name} (read and dequantise, write, hash)", 3) as advance:

@@ -11,7 +11,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from obliviate import paths
+from obliviate import files
+from obliviate.modeling import sources
 from obliviate.errors import ObliviateError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -34,7 +35,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
-    paths.check_tokenizer_source(path, "tokenizer")
+    sources.check_tokenizer_source(path, "tokenizer")
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -53,7 +54,7 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
-    paths.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly
+    sources.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly
     attn_implementation = choose_attn_implementation(path, attn_implementation, trust_remote_code=trust_remote_code)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -106,8 +107,8 @@ def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple
 
 def check_output_dir(path: str | Path, overwrite: bool, inputs: Mapping[str, Any] | None = None) -> Path:
     """Refuse an output directory that exists (unless overwrite), cannot be written, or whose replacement would
-    delete an input (`inputs`: config key -> path) or the current directory (obliviate.paths)."""
-    return paths.check_output_dir(path, overwrite, inputs)
+    delete an input (`inputs`: config key -> path) or the current directory (obliviate.files)."""
+    return files.check_output_dir(path, overwrite, inputs)
 
 
 @contextmanager
@@ -139,10 +140,10 @@ def _swap_in(tmp: Path, final: Path) -> None:
         except BaseException:
             if backup is not None and not (final.exists() or final.is_symlink()):
                 backup.rename(final)
-            paths.remove_path(tmp)
+            files.remove_path(tmp)
             raise
         if backup is not None:
-            paths.remove_path(backup)
+            files.remove_path(backup)
     if interrupted:
         raise KeyboardInterrupt(f"the interrupt came while {final} was being replaced; its new content is complete")
 
@@ -158,10 +159,10 @@ def atomic_dir(path: str | Path, overwrite: bool = False, inputs: Mapping[str, A
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        tmp.chmod(0o777 & ~paths.current_umask())
+        tmp.chmod(0o777 & ~files.current_umask())
         yield tmp
     except BaseException:
-        paths.remove_path(tmp)
+        files.remove_path(tmp)
         raise
     _swap_in(tmp, final)
 

@@ -6,22 +6,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from obliviate.resources import stylesheet
 from obliviate.errors import ObliviateError
-from obliviate.report.markdown import GEOMETRY, columns, _geometry_rows, _label, fmt, metric_infos
+from obliviate.report.markdown import GEOMETRY, columns, geometry_rows, metric_label, fmt, metric_infos
 from obliviate.report.plots import figures, png_base64
 
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
-       max-width: 72rem; padding: 0 1rem; color: #1d1d1f; line-height: 1.45; }
-h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
-.meta, .note, figcaption { color: #555; font-size: 0.9rem; }
-table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.9rem; }
-th, td { border: 1px solid #d0d0d0; padding: 0.25rem 0.6rem; }
-th { background: #f3f3f3; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tbody tr:nth-child(even) { background: #fafafa; }
-figure { margin: 1.2rem 0; } img { max-width: 100%; height: auto; border: 1px solid #eee; }
-.sample { margin: 1rem 0; } .sample ul { margin: 0.3rem 0; } .gold { color: #2a6f2a; }
-""".strip()
+CSS = stylesheet()
 
 NOTE = ("Forget quality: KS-test p-value of forget truth ratios against the retain model (TOFU). "
         "Model utility: harmonic mean of 9 numbers on retain, real authors, world facts. "
@@ -87,7 +77,7 @@ def plots_section(results: Mapping[str, Any]) -> str:
 
 def geometry_section(results: Mapping[str, Any]) -> str:
     """Means over steps of the gradient-geometry statistics (runs with separate backward passes)."""
-    geo = _geometry_rows(results)
+    geo = geometry_rows(results)
     if not geo:
         return ""
     head = ["run", "cos(g_f, g_r)", "cos(g, g_f)", "cos(g, g_r)", "conflicting coordinates", "steps"]
@@ -163,7 +153,7 @@ def all_metrics_section(results: Mapping[str, Any]) -> str:
     rows = []
     for n in names:
         desc = getattr(infos.get(n), "description", "")
-        cell = f'<span title="{escape(desc)}">{escape(_label(n, first))}</span>' if desc else escape(_label(n, first))
+        cell = f'<span title="{escape(desc)}">{escape(metric_label(n, first))}</span>' if desc else escape(metric_label(n, first))
         rows.append([cell, escape(_direction(n, infos))] + [escape(fmt(r["metrics"].get(n))) for r in runs.values()])
     return "<h2>All metrics</h2>" + _table(["metric", "better"] + [escape(n) for n in runs], rows, labels=2)
 

@@ -37,7 +37,7 @@ def geometry_summary(history: list[dict[str, float]]) -> dict[str, float] | None
     return {k: sum(h[k] for h in steps) / len(steps) for k in GEOMETRY} | {"steps": len(steps)}
 
 
-def _geometry_rows(results: Mapping[str, Any]) -> list[tuple[str, dict[str, float]]]:
+def geometry_rows(results: Mapping[str, Any]) -> list[tuple[str, dict[str, float]]]:
     rows = []
     for name, run in results["runs"].items():
         geo = geometry_summary(run.get("history", []))
@@ -67,7 +67,7 @@ def console_table(results: Mapping[str, Any]) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=160, force_terminal=False, color_system=None)
     console.print(table)
-    geo = _geometry_rows(results)
+    geo = geometry_rows(results)
     if geo:
         gt = Table(title="gradient geometry, mean over steps (cos = cosine; g = the update written to .grad)")
         for col in ("run", "cos(g_f, g_r)", "cos(g, g_f)", "cos(g, g_r)", "conflicting coordinates"):
@@ -108,7 +108,7 @@ def write_report(path: Path, results: Mapping[str, Any]) -> None:
     parts = ["# obliviate report", "", markdown_table(results), "", note, "",
              "## Forget questions, before and after", "", samples(results)]
     parts += list(results.get("extra_markdown") or [])
-    geo = _geometry_rows(results)
+    geo = geometry_rows(results)
     if geo:
         parts += ["## Gradient geometry (mean over optimizer steps)", "",
                   "| run | cos(g_f, g_r) | cos(g, g_f) | cos(g, g_r) | conflicting coordinates |", "|---|---|---|---|---|"]
@@ -175,7 +175,7 @@ def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:
     return "\n".join(lines)
 
 
-def _label(name: str, metrics: Mapping[str, Any]) -> str:
+def metric_label(name: str, metrics: Mapping[str, Any]) -> str:
     """Metric name, labelled when an aggregate was computed from fewer components than defined."""
     base = name.removesuffix("_partial")
     comps = metrics.get(f"{base}_components")
@@ -199,7 +199,7 @@ def all_metrics_table(results: Mapping[str, Any]) -> list[str]:
     for n in names:
         info = infos.get(n)
         better = "→ 0" if n == "privleak" else ("" if info is None else ("↑" if info.higher_is_better else "↓"))
-        label = _label(n, next(iter(runs.values()))["metrics"])
+        label = metric_label(n, next(iter(runs.values()))["metrics"])
         lines.append(f"| {label} | {better} | " + " | ".join(fmt(r["metrics"].get(n)) for r in runs.values()) + " |")
     return lines + [""]
 

@@ -31,7 +31,7 @@ CURVES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     """A new Figure on an Agg canvas with a constrained layout."""
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -69,7 +69,7 @@ def training_curves(results: Mapping[str, Any]) -> Figure | None:
         return None
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig = _figure(4.2 * cols, 3.0 * rows)
+    fig = new_figure(4.2 * cols, 3.0 * rows)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     colors = _colors(results)
     for ax, (key, title) in zip(axes, panels):
@@ -95,7 +95,7 @@ def headline_bars(results: Mapping[str, Any]) -> Figure | None:
     cols = [(k, t) for k, t in columns(results) if any(_number(r["metrics"].get(k)) is not None for r in runs.values())]
     if not cols:
         return None
-    fig = _figure(max(6.0, 1.3 * len(cols) + 2.0), 4.2)
+    fig = new_figure(max(6.0, 1.3 * len(cols) + 2.0), 4.2)
     ax = fig.subplots()
     width = 0.8 / len(runs)
     for i, (name, run) in enumerate(runs.items()):
@@ -131,7 +131,7 @@ def token_shift_plot(results: Mapping[str, Any]) -> Figure | None:
     rows = [r for r in _shift_rows(results) if r[1] is not None or r[2] is not None]
     if not rows:
         return None
-    fig = _figure(max(6.0, 1.1 * len(rows) + 2.5), 3.8)
+    fig = new_figure(max(6.0, 1.1 * len(rows) + 2.5), 3.8)
     ax = fig.subplots()
     for off, idx, label in ((-0.2, 1, "factual tokens"), (0.2, 2, "functional tokens")):
         vals = [r[idx] for r in rows]
@@ -160,7 +160,7 @@ def attention_entropy_plot(results: Mapping[str, Any]) -> Figure | None:
                 lines.append((label, vals, style, f"C{i % 10}"))
     if not lines:
         return None
-    fig = _figure(6.0, 3.8)
+    fig = new_figure(6.0, 3.8)
     ax = fig.subplots()
     for label, vals, style, color in lines:
         ax.plot(range(len(vals)), [math.nan if v is None else v for v in vals], style, color=color, marker="o", label=label)

@@ -58,7 +58,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
     """Every trial of a sweep directory's studies (its sweep.yaml names the storage)."""
     import optuna
 
-    from obliviate.sweep.run import STORAGE_FILE, open_storage
+    from obliviate.sweep.storage import STORAGE_FILE, open_storage
 
     cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8")) or {}
     if storage is None:
@@ -125,7 +125,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
 
 def _scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
     """The bar and axes: the sweep's own, else the track's defaults."""
-    from obliviate.sweep.run import parse_axes, parse_bar
+    from obliviate.sweep.tracks import parse_axes, parse_bar
     from obliviate.sweep.tracks import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS
 
     defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
@@ -190,9 +190,9 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
 
-    from obliviate.report.plots import _figure
+    from obliviate.report.plots import new_figure
 
-    fig = _figure(7.5, 5.0)
+    fig = new_figure(7.5, 5.0)
     ax = fig.add_subplot(1, 1, 1)
     markers, palette = "osD^vPXh<>*p", [f"C{i}" for i in range(10)]
     pts = [p for p in coll.points if p.state == "complete"]
@@ -231,12 +231,12 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
 
 def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     """The evaluation-during-training score of the front's trials, one panel per method (None: no curves)."""
-    from obliviate.report.plots import _figure
+    from obliviate.report.plots import new_figure
 
     methods = [m for m, pts in front.items() if any(p.curve for p in pts)]
     if not methods:
         return None
-    fig = _figure(4.0 * len(methods), 3.2)
+    fig = new_figure(4.0 * len(methods), 3.2)
     for k, m in enumerate(methods):
         ax = fig.add_subplot(1, len(methods), k + 1)
         for p in front[m]:
@@ -267,7 +267,7 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
     for m in methods:
         states = [p.state for p in coll.points if p.method == m]
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
-    lines += ["", f"## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
+    lines += ["", "## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | utility over seeds | "
               "seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -366,7 +366,7 @@ def _html(markdown: str, figs: Sequence[tuple[str, Any]]) -> str:
 
 def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None) -> Path:
     """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
-    from obliviate.jsonio import write_json_atomic
+    from obliviate.files import write_json_atomic
     from obliviate.report.plots import png_bytes
 
     coll = collect(dirs, storage)

@@ -3,58 +3,58 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from obliviate.config import _f, _require
+from obliviate.config.fields import require, setting
 
 
 @dataclass(frozen=True)
 class SweepConfig:
-    base: str = _f("", "the run config trials start from: an unlearn config, a synthetic demo config (configs/demo.yaml) "
+    base: str = setting("", "the run config trials start from: an unlearn config, a synthetic demo config (configs/demo.yaml) "
                        "or a knowledge demo config (kind: knowledge, configs/demo_real.yaml)")
-    set: dict = _f({}, "overrides of the base config, key.sub: value (e.g. {knowledge.max_per_family: 5, audit: false})")
-    methods: dict = _f({}, "name -> method section (forget, forget_args, retain, ...); empty: the base's methods "
+    set: dict = setting({}, "overrides of the base config, key.sub: value (e.g. {knowledge.max_per_family: 5, audit: false})")
+    methods: dict = setting({}, "name -> method section (forget, forget_args, retain, ...); empty: the base's methods "
                            "(an unlearn config: its one method)")
-    space: dict = _f({}, "search space: key -> {float: [low, high], log: true} | {int: [low, high]} | {choices: [...]}, "
+    space: dict = setting({}, "search space: key -> {float: [low, high], log: true} | {int: [low, high]} | {choices: [...]}, "
                          "each optionally limited to some methods (methods: [names]); keys: seed, train.*, method.*, "
                          "method.forget_args.*, method.retain_args.* (the error for an unknown key lists them)")
-    objectives: list = _f([], "[{minimize: EXPR} | {maximize: EXPR}], EXPR a metric or an expression such as "
+    objectives: list = setting([], "[{minimize: EXPR} | {maximize: EXPR}], EXPR a metric or an expression such as "
                               "min(neighbours_accuracy, retain_accuracy); empty: the track's forget and utility scores")
-    trials: int = _f(8, "finished trials per method: every method gets the same number of trials and steps budget")
-    sampler: str = _f("tpe", "tpe (Optuna's TPE; multi-objective with several objectives) | random | grid (every "
+    trials: int = setting(8, "finished trials per method: every method gets the same number of trials and steps budget")
+    sampler: str = setting("tpe", "tpe (Optuna's TPE; multi-objective with several objectives) | random | grid (every "
                              "combination of choices and stepped ranges; trials then at most the grid's size)")
-    seed: int = _f(0, "the sampler's seed (a trial's own seed is train.seed, or the `seed` dimension)")
-    eval_every_steps: int | None = _f(None, "evaluate during each trial every N optimizer steps (and at its last step) "
+    seed: int = setting(0, "the sampler's seed (a trial's own seed is train.seed, or the `seed` dimension)")
+    eval_every_steps: int | None = setting(None, "evaluate during each trial every N optimizer steps (and at its last step) "
                                             "on eval_rows rows per group: the curve is kept, `prune` reads it")
-    eval_rows: int = _f(8, "rows per group in the evaluation during training")
-    keep_best: bool = _f(False, "end each trial on its best evaluation during training (by the first objective) "
+    eval_rows: int = setting(8, "rows per group in the evaluation during training")
+    keep_best: bool = setting(False, "end each trial on its best evaluation during training (by the first objective) "
                                 "instead of its last step")
-    prune: list = _f([], "stop a trial when an evaluation during training breaks a rule: [{metric: EXPR, below: x} | "
+    prune: list = setting([], "stop a trial when an evaluation during training breaks a rule: [{metric: EXPR, below: x} | "
                          "{metric: EXPR, above: x}], `relative: true` makes x a share of θ0's value")
-    repeats: int = _f(0, "after the trials, run each method's best trial again with this many other seeds "
+    repeats: int = setting(0, "after the trials, run each method's best trial again with this many other seeds "
                          "(train.seed + 1, + 2, ...): its spread in the report")
-    bar: dict = _f({}, "the report's matched-utility bar: {forget: EXPR, keep: {metric: share of θ0's value}, "
+    bar: dict = setting({}, "the report's matched-utility bar: {forget: EXPR, keep: {metric: share of θ0's value}, "
                        "at_most: {metric: ceiling}}; empty: the track's (knowledge: neighbour and retain accuracy >= "
                        "0.9x θ0's, <= 10% degenerate)")
-    report: dict = _f({}, "axes of the report's frontier plot: {forget: EXPR, utility: EXPR, fluency: METRIC}; "
+    report: dict = setting({}, "axes of the report's frontier plot: {forget: EXPR, utility: EXPR, fluency: METRIC}; "
                           "empty: the track's")
-    study: str = _f("sweep", "study name in the storage (one study per method: <study>/<method>)")
-    storage: str | None = _f(None, "Optuna storage shared by the workers: a database URL (sqlite:///file.db, "
+    study: str = setting("sweep", "study name in the storage (one study per method: <study>/<method>)")
+    storage: str | None = setting(None, "Optuna storage shared by the workers: a database URL (sqlite:///file.db, "
                                    "postgresql://user@host/db, mysql://...) or a journal file (journal:PATH or a path "
                                    "ending in .journal); null: sqlite in output_dir")
-    stale_after_s: int = _f(300, "a running trial whose worker has not reported for this long is failed and redone "
+    stale_after_s: int = setting(300, "a running trial whose worker has not reported for this long is failed and redone "
                                  "(a worker on this machine whose process is gone: at once)")
-    output_dir: str = _f("obliviate-sweep", "the sweep's directory: sweep.yaml, the default storage, the report")
-    overwrite: bool = _f(False, "replace an output_dir holding another sweep or other files (the default storage in "
+    output_dir: str = setting("obliviate-sweep", "the sweep's directory: sweep.yaml, the default storage, the report")
+    overwrite: bool = setting(False, "replace an output_dir holding another sweep or other files (the default storage in "
                                 "it is deleted; a shared storage is never touched); the same sweep is always resumed")
 
     def __post_init__(self) -> None:
-        _require(self.trials >= 1, "trials", self.trials, ">= 1")
-        _require(self.sampler in ("tpe", "random", "grid"), "sampler", self.sampler, "tpe, random or grid")
-        _require(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps",
+        require(self.trials >= 1, "trials", self.trials, ">= 1")
+        require(self.sampler in ("tpe", "random", "grid"), "sampler", self.sampler, "tpe, random or grid")
+        require(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps",
                  self.eval_every_steps, ">= 1 or null")
-        _require(self.eval_rows >= 1, "eval_rows", self.eval_rows, ">= 1")
-        _require(self.repeats >= 0, "repeats", self.repeats, ">= 0")
-        _require(self.stale_after_s >= 1, "stale_after_s", self.stale_after_s, ">= 1")
-        _require(bool(self.study) and "/" not in self.study, "study", self.study, "a non-empty name without '/'")
-        _require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",
+        require(self.eval_rows >= 1, "eval_rows", self.eval_rows, ">= 1")
+        require(self.repeats >= 0, "repeats", self.repeats, ">= 0")
+        require(self.stale_after_s >= 1, "stale_after_s", self.stale_after_s, ">= 1")
+        require(bool(self.study) and "/" not in self.study, "study", self.study, "a non-empty name without '/'")
+        require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",
                  self.eval_every_steps, "set (>= 1) when keep_best or prune is used: both read the evaluations "
                                         "during training")

@@ -31,10 +31,10 @@ from obliviate.errors import ConfigError, ObliviateError
 from obliviate.eval.score import Bar, Expr, parse_expr
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, trial_settings
-from obliviate.sweep.tracks import Defaults, Track, load_base, make_track
+from obliviate.sweep.storage import STORAGE_FILE, open_storage
+from obliviate.sweep.tracks import Track, load_base, make_track, parse_axes, parse_bar
 
 Log = Callable[[str], None]
-STORAGE_FILE = "sweep.db"
 CONFIG_FILE = "sweep.yaml"
 # what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
 # timing, nor the budget (raising `trials` extends a finished sweep; repeats already run stay those of the best then)
@@ -115,32 +115,6 @@ def _prune_rules(raw: list, valid: set[str]) -> list[PruneRule]:
     return out
 
 
-def parse_bar(raw: dict, d: Defaults, valid: set[str]) -> Bar:
-    """The report's matched-utility bar from the sweep's `bar` section over the track's defaults `d`."""
-    unknown = sorted(set(raw) - {"forget", "keep", "at_most"})
-    if unknown:
-        raise ConfigError(f"bar: unknown key(s) {unknown}; valid: forget, keep, at_most")
-    keep, at_most = raw.get("keep", d.keep), raw.get("at_most", d.at_most)
-    for key, table in (("keep", keep), ("at_most", at_most)):
-        if not isinstance(table, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                  for v in table.values()):
-            raise ConfigError(f"bar.{key}: expected a mapping metric -> number, got {table!r}")
-        for name in table:
-            parse_expr(str(name), valid, f"bar.{key}")
-            if not str(name).isidentifier():
-                raise ConfigError(f"bar.{key}: {name!r} must be one metric name, not an expression")
-    return Bar(parse_expr(raw.get("forget", d.forget), valid, "bar.forget"),
-               {str(k): float(v) for k, v in keep.items()}, {str(k): float(v) for k, v in at_most.items()})
-
-
-def parse_axes(raw: dict, d: Defaults, valid: set[str]) -> dict[str, Expr]:
-    """The frontier plot's forget, utility and fluency expressions (the sweep's `report` over the defaults)."""
-    unknown = sorted(set(raw) - {"forget", "utility", "fluency"})
-    if unknown:
-        raise ConfigError(f"report: unknown key(s) {unknown}; valid: forget, utility, fluency")
-    return {k: parse_expr(raw.get(k, getattr(d, k)), valid, f"report.{k}") for k in ("forget", "utility", "fluency")}
-
-
 def plan_sweep(cfg: SweepConfig) -> Plan:
     """Check the whole sweep without loading a model (also what `obliviate validate` would reject)."""
     from obliviate.train.unlearn import resolve_method
@@ -177,58 +151,13 @@ def storage_url(cfg: SweepConfig) -> str:
     return cfg.storage or f"sqlite:///{Path(cfg.output_dir).resolve() / STORAGE_FILE}"
 
 
-def open_storage(url: str) -> Any:
-    """An Optuna storage from a database URL or a journal file; a clear error when it cannot be opened."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    journal = url[len("journal:"):] if url.startswith("journal:") else (url if url.endswith(".journal") else None)
-    try:
-        if journal is not None:
-            from optuna.storages.journal import JournalFileBackend
-
-            path = Path(journal).expanduser()
-            if not path.parent.is_dir():
-                raise ConfigError(f"storage {url}: the folder {path.parent} does not exist; create it or name another "
-                                  "journal file")
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-        if "://" not in url:
-            raise ConfigError(f"storage {url!r} is neither a database URL (sqlite:///sweep.db, "
-                              "postgresql://user:pass@host/db, mysql://...) nor a journal file (journal:PATH or "
-                              "PATH.journal)")
-        return _rdb(url)
-    except ObliviateError:
-        raise
-    except Exception as exc:  # sqlalchemy / driver errors: a missing driver, a refused connection, a bad URL
-        raise ConfigError(f"storage {url} cannot be opened: {' '.join(str(exc).split())[:300]} (check the URL, the "
-                          "database driver and that the server is reachable)") from None
-
-
-def _rdb(url: str, attempts: int = 5) -> Any:
-    """An RDB storage; workers started together may race to create the tables (one sees a half-made schema or a
-    lock): such a start is tried again after a short pause, a bad URL or a refused connection fails at once."""
-    import optuna
-    import sqlalchemy.exc
-
-    for attempt in range(attempts):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}
-                                              if url.startswith("sqlite") else None)
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
-            racing = any(s in str(exc) for s in ("already exists", "locked", "UNIQUE constraint", "no such table"))
-            if not racing or attempt == attempts - 1:
-                raise
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
-
-
 def _saved_config(cfg: SweepConfig) -> dict[str, Any]:
     return {k: v for k, v in to_dict(cfg).items() if k not in _PER_WORKER}
 
 
 def prepare_output(cfg: SweepConfig) -> bool:
     """Create (or reuse, when it holds this very sweep) the output directory; True when resuming."""
-    from obliviate.paths import check_output_dir, remove_path
+    from obliviate.files import check_output_dir, remove_path
 
     out = Path(cfg.output_dir)
     saved = out / CONFIG_FILE
@@ -544,7 +473,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     track = plan.track
     t0 = time.perf_counter()
     track.prepare(log)
-    from obliviate.paths import check_layer_indices
+    from obliviate.modeling.sources import check_layer_indices
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
         if d.key == "method.forget_args.layers":

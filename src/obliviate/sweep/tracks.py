@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from obliviate.config import MethodConfig, TrainConfig, build, read_yaml, apply_overrides, to_dict
 from obliviate.errors import ConfigError
+from obliviate.eval.score import Bar, Expr, parse_expr
 
 Log = Callable[[str], None]
 
@@ -92,8 +93,8 @@ def detect_kind(raw: Mapping[str, Any]) -> str:
 
 def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
-    from obliviate.demo import DemoConfig
-    from obliviate.knowledge_demo import KnowledgeDemoConfig
+    from obliviate.demos.synthetic import DemoConfig
+    from obliviate.demos.knowledge import KnowledgeDemoConfig
     from obliviate.config import RunConfig
 
     if not path:
@@ -227,21 +228,21 @@ class KnowledgeTrack(Track):
         return out
 
     def check(self) -> list[str]:
-        from obliviate.knowledge_demo import preflight_knowledge
+        from obliviate.demos.knowledge import preflight_knowledge
 
         self._facts, lines = preflight_knowledge(self.cfg, need_output=False)
         return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
-        from obliviate.commands import _load
+        from obliviate.train.student import load_model
         from obliviate.config import LoraSettings
-        from obliviate.knowledge_demo import probe_and_split
+        from obliviate.demos.knowledge import probe_and_split
 
         cfg = self.cfg
         if not hasattr(self, "_facts"):
             self.check()
         facts = self._facts
-        self.model, self.tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))
+        self.model, self.tok = load_model(dataclasses.replace(cfg.model, lora=LoraSettings()))
         self.model.eval()
         replies, self.split = probe_and_split(self.model, self.tok, facts, cfg)
         s = self.split
@@ -272,9 +273,9 @@ class KnowledgeTrack(Track):
         return self.split.train_rows("forget"), self.split.train_rows("retain")
 
     def student(self) -> Any:
-        from obliviate.knowledge_demo import _student
+        from obliviate.train.student import student_copy
 
-        return _student(self.model, self.cfg.model)
+        return student_copy(self.model, self.cfg.model)
 
 
 class TofuTrack(Track):
@@ -310,18 +311,18 @@ class DemoTrack(TofuTrack):
     defaults = DEMO_DEFAULTS
 
     def check(self) -> list[str]:
-        from obliviate.demo import preflight_demo
+        from obliviate.demos.synthetic import preflight_demo
 
         return [line for line in preflight_demo(self.cfg, need_output=False) if not line.startswith("method ")]
 
     def prepare(self, log: Log) -> None:
-        from obliviate.demo import _eval_config, world_models
+        from obliviate.demos.synthetic import eval_config, world_models
         from obliviate.eval.runner import load_eval_splits
 
         world, world_dir, self.tok, self.model, retain_model = world_models(self.cfg, self.workdir / "base", log)
         p = self.cfg.world.forget_percent
         self._rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
-        ev = _eval_config(self.cfg)
+        ev = eval_config(self.cfg)
         self._ready(load_eval_splits(str(world_dir), ev), ev, retain_model, str(world_dir))
 
     def forget_retain(self) -> tuple[list, list]:
@@ -357,7 +358,7 @@ class UnlearnTrack(TofuTrack):
         return self._plan.lines
 
     def prepare(self, log: Log) -> None:
-        from obliviate.commands import _load
+        from obliviate.train.student import load_model
         from obliviate.eval.runner import load_eval_splits
         from obliviate.modeling.load import load_pretrained
 
@@ -365,7 +366,7 @@ class UnlearnTrack(TofuTrack):
             self.check()
         plan = self._plan
         self._rows = plan.forget, plan.retain
-        self.model, self.tok = _load(dataclasses.replace(self.cfg.model, lora=dataclasses.replace(
+        self.model, self.tok = load_model(dataclasses.replace(self.cfg.model, lora=dataclasses.replace(
             self.cfg.model.lora, enabled=False)))
         self.model.eval()
         ev = self.cfg.eval
@@ -380,9 +381,9 @@ class UnlearnTrack(TofuTrack):
         mc = self.cfg.model
         if not mc.lora.enabled:
             return super().student()
-        from obliviate.knowledge_demo import _student
+        from obliviate.train.student import student_copy
 
-        return _student(self.model, mc)
+        return student_copy(self.model, mc)
 
 
 TRACKS: dict[str, type[Track]] = {"knowledge": KnowledgeTrack, "demo": DemoTrack, "unlearn": UnlearnTrack}
@@ -390,3 +391,29 @@ TRACKS: dict[str, type[Track]] = {"knowledge": KnowledgeTrack, "demo": DemoTrack
 
 def make_track(kind: str, cfg: Any, workdir: Path) -> Track:
     return TRACKS[kind](cfg, workdir)
+
+
+def parse_bar(raw: dict, d: Defaults, valid: set[str]) -> Bar:
+    """The report's matched-utility bar from the sweep's `bar` section over the track's defaults `d`."""
+    unknown = sorted(set(raw) - {"forget", "keep", "at_most"})
+    if unknown:
+        raise ConfigError(f"bar: unknown key(s) {unknown}; valid: forget, keep, at_most")
+    keep, at_most = raw.get("keep", d.keep), raw.get("at_most", d.at_most)
+    for key, table in (("keep", keep), ("at_most", at_most)):
+        if not isinstance(table, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  for v in table.values()):
+            raise ConfigError(f"bar.{key}: expected a mapping metric -> number, got {table!r}")
+        for name in table:
+            parse_expr(str(name), valid, f"bar.{key}")
+            if not str(name).isidentifier():
+                raise ConfigError(f"bar.{key}: {name!r} must be one metric name, not an expression")
+    return Bar(parse_expr(raw.get("forget", d.forget), valid, "bar.forget"),
+               {str(k): float(v) for k, v in keep.items()}, {str(k): float(v) for k, v in at_most.items()})
+
+
+def parse_axes(raw: dict, d: Defaults, valid: set[str]) -> dict[str, Expr]:
+    """The frontier plot's forget, utility and fluency expressions (the sweep's `report` over the defaults)."""
+    unknown = sorted(set(raw) - {"forget", "utility", "fluency"})
+    if unknown:
+        raise ConfigError(f"report: unknown key(s) {unknown}; valid: forget, utility, fluency")
+    return {k: parse_expr(raw.get(k, getattr(d, k)), valid, f"report.{k}") for k in ("forget", "utility", "fluency")}

@@ -144,11 +144,11 @@ def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cf
     if not active(acc, cfg):
         model, optimizer = acc.prepare(model, optimizer)
         return model, optimizer, scheduler
-    from obliviate.train.loop import make_optimizer
+    from obliviate.train import optim
 
     optimizer.param_groups.clear()  # it holds the full parameters: let sharding free them (AdamW has no state yet)
     shard(model, acc.device)
-    optimizer, scheduler = make_optimizer(model, cfg, steps)
+    optimizer, scheduler = optim.make_optimizer(model, cfg, steps)
     return model, optimizer, scheduler
 
 

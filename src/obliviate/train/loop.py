@@ -127,20 +127,6 @@ def total_steps(n_examples: int, global_batch: int, cfg: TrainConfig) -> int:
     return max(1, math.ceil(cfg.epochs * n_examples / (global_batch * cfg.grad_accum)))
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tuple[Any, Any]:
-    """AdamW over trainable parameters (no decay on biases/norms) and a transformers schedule."""
-    from transformers import get_scheduler
-
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr)
-    sched = get_scheduler(cfg.scheduler, opt, num_warmup_steps=int(cfg.warmup_ratio * steps), num_training_steps=steps)
-    return opt, sched
-
-
 @dataclass
 class LossPlan:
     """What the loop optimises: named parts, each computed per micro-batch as (weight, loss).

@@ -20,7 +20,8 @@ from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_toke
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
 from obliviate.train.fingerprint import fingerprint
-from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, make_optimizer, run_loop, total_steps
+from obliviate.train.optim import make_optimizer
+from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop, total_steps
 
 if TYPE_CHECKING:
     from obliviate.modeling.frozen import FrozenModels

@@ -1,10 +1,10 @@
-"""`obliviate audit` flags -> AuditConfig -> audit_from_config. No torch at import (the CLI's --help stays light)."""
+"""`obliviate audit`: flags -> AuditConfig -> audit_from_config. No torch at import (the CLI's --help stays light)."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from obliviate.audit.config import ATTACKS, AuditConfig
+from obliviate.config.audit import ATTACKS, AuditConfig
 
 HELP = "attack an unlearned model (relearning, quantisation, paraphrases, MIA) and say how much knowledge came back"
 FLAGS = (("--model", "model", "the unlearned model directory"),
@@ -17,9 +17,8 @@ FLAGS = (("--model", "model", "the unlearned model directory"),
          ("--holdout-split", "holdout_split", "holdout split, the MIA non-members (default holdout{N})"))
 
 
-def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
-    """Add the `audit` subcommand to the CLI's subparsers."""
-    ap = sub.add_parser("audit", help=HELP, description=HELP)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The audit's flags, its --config file and key=value settings."""
     for flag, _, text in FLAGS:
         ap.add_argument(flag, help=text)
     ap.add_argument("--attacks", help=f"comma-separated subset of {','.join(ATTACKS)} (default: all)")
@@ -28,7 +27,6 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
     ap.add_argument("overrides", nargs="*", help="key=value settings, e.g. relearn_steps=20 bits=[8]")
     ap.add_argument("--show-config", action="store_true", help="print the resolved settings and exit")
     ap.add_argument("--help-config", action="store_true", help="list every setting with its default and meaning")
-    return ap
 
 
 def audit_config(args: argparse.Namespace) -> AuditConfig:
@@ -49,7 +47,7 @@ def audit_config(args: argparse.Namespace) -> AuditConfig:
     return build(AuditConfig, apply_overrides(raw, args.overrides))
 
 
-def run_audit_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """`obliviate audit`: print the verdict table, write the reports; 0 on success."""
     if args.help_config:
         from obliviate.config import describe

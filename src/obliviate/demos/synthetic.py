@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, _f, _require, build, section, to_dict
+from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, build, section, to_dict
+from obliviate.config.fields import require, setting
 
 # torch and everything built on it are imported inside the functions that run the demo, so that the CLI
 # checks a demo config (unknown keys, bad values) without loading them.
@@ -21,53 +22,53 @@ from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, 
 
 @dataclass(frozen=True)
 class WorldConfig:
-    authors: int = _f(20, "fictitious authors in the full split")
-    forget_percent: int = _f(10, "share of authors to forget (a whole number of authors)")
-    pretrain_authors: int = _f(0, "other authors added to both models' training data (fluency)")
-    seed: int = _f(0, "world seed")
+    authors: int = setting(20, "fictitious authors in the full split")
+    forget_percent: int = setting(10, "share of authors to forget (a whole number of authors)")
+    pretrain_authors: int = setting(0, "other authors added to both models' training data (fluency)")
+    seed: int = setting(0, "world seed")
 
     def __post_init__(self) -> None:
-        _require(self.authors >= 2, "world.authors", self.authors, ">= 2")
-        _require(0 < self.forget_percent < 100, "world.forget_percent", self.forget_percent, "in (0, 100)")
+        require(self.authors >= 2, "world.authors", self.authors, ">= 2")
+        require(0 < self.forget_percent < 100, "world.forget_percent", self.forget_percent, "in (0, 100)")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
     world: WorldConfig = section(WorldConfig(), "the synthetic world")
     tiny: TinyConfig = section(TinyConfig(), "the from-scratch model")
-    base_model: str | None = _f(None, "a pretrained model (directory, hub id, .gguf or alias such as "
+    base_model: str | None = setting(None, "a pretrained model (directory, hub id, .gguf or alias such as "
                                       "smollm2-135m-instruct) fine-tuned on the world instead of a tiny model "
                                       "trained from scratch (full fine-tuning)")
-    max_length: int = _f(96, "max tokens per example")
+    max_length: int = setting(96, "max tokens per example")
     retain_train: TrainConfig = section(TrainConfig(epochs=25, batch_size=16, lr=3e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "training of the retain model")
     target_train: TrainConfig = section(TrainConfig(epochs=10, batch_size=16, lr=1e-3, warmup_ratio=0.05,
                                                     weight_decay=0.0), "target = retain model trained on full")
     unlearn: TrainConfig = section(TrainConfig(epochs=20, batch_size=8, lr=1e-3, scheduler="constant",
                                                weight_decay=0.0), "unlearning runs (the same budget for every method)")
-    methods: dict = _f({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 16.0, "layers": [0]}, "retain": "kl"},
+    methods: dict = setting({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 16.0, "layers": [0]}, "retain": "kl"},
                         "GradDiff": {"forget": "ga", "retain": "nll"}},
                        "name -> method section (forget, retain, combine, ...), each unlearned from the target")
     eval: EvalConfig = section(EvalConfig(max_new_tokens=200, batch_size=32), "evaluation of every model")
-    output_dir: str = _f("obliviate-demo", "results directory")
-    overwrite: bool = _f(False, "replace an existing output_dir")
-    audit: bool = _f(True, "attack every unlearned model afterwards (obliviate audit: relearning, quantisation, "
+    output_dir: str = setting("obliviate-demo", "results directory")
+    overwrite: bool = setting(False, "replace an existing output_dir")
+    audit: bool = setting(True, "attack every unlearned model afterwards (obliviate audit: relearning, quantisation, "
                            "paraphrases, MIA; the target is the 100% reference, the retain model the 0% one) and "
                            "write audit/<method>/")
-    threads: int = _f(2, "torch threads for the whole demo, fixed so that float rounding (and so every printed "
+    threads: int = setting(2, "torch threads for the whole demo, fixed so that float rounding (and so every printed "
                          "digit) does not depend on the machine's core count; 0 = torch's default")
-    cpu_kernels: str = _f("avx2", "x86-64 CPU kernels: avx2 (every machine prints the same digits; pinned before torch "
+    cpu_kernels: str = setting("avx2", "x86-64 CPU kernels: avx2 (every machine prints the same digits; pinned before torch "
                                   "loads, i.e. when run as `obliviate demo`) or native (this CPU's best, e.g. AVX-512)")
 
     def __post_init__(self) -> None:
-        _require(self.threads >= 0, "threads", self.threads, ">= 0 (0 = torch's default)")
-        _require(self.cpu_kernels in ("avx2", "native"), "cpu_kernels", self.cpu_kernels, "avx2 or native")
-        _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
+        require(self.threads >= 0, "threads", self.threads, ">= 0 (0 = torch's default)")
+        require(self.cpu_kernels in ("avx2", "native"), "cpu_kernels", self.cpu_kernels, "avx2 or native")
+        require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
         reserved = {"retain", "target"} & set(self.methods)
-        _require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
+        require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
         methods = self.method_configs()  # every method section is checked now, with its key in the message
         if not self.base_model:  # the tiny model's depth is known now: ASU's layers must exist in it
-            from obliviate.paths import check_layer_indices
+            from obliviate.modeling.sources import check_layer_indices
 
             for name, method in methods.items():
                 if isinstance(method.forget_args.get("layers"), list):
@@ -82,7 +83,8 @@ class DemoConfig:
 def preflight_demo(cfg: DemoConfig, *, need_output: bool = True) -> list[str]:
     """Checks of `obliviate demo` before anything trains (also `obliviate validate`): the output directory, the
     base model's files, every method's objective, rule and hyper-parameters; lines for `validate`."""
-    from obliviate.paths import check_model_source, check_output_dir
+    from obliviate.files import check_output_dir
+    from obliviate.modeling.sources import check_model_source
     from obliviate.train.unlearn import resolve_method
 
     if need_output or cfg.output_dir:
@@ -126,13 +128,13 @@ def demo_claims(runs: dict[str, Any]) -> list[tuple[str, bool]]:
     return out
 
 
-def _eval_config(cfg: DemoConfig) -> EvalConfig:
+def eval_config(cfg: DemoConfig) -> EvalConfig:
     """The demo's evaluation: the world's forget{p}_perturbed and holdout{p} splits."""
     p = cfg.world.forget_percent
     return EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed", "holdout_split": f"holdout{p:02d}"})
 
 
-def _analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodConfig, ml: int) -> dict[str, Any]:
+def forget_analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodConfig, ml: int) -> dict[str, Any]:
     """Factual vs functional log-prob shift of the unlearned model (and of ASU's teacher) on the forget
     answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
     from obliviate.eval.analysis import compare_models, entropy_by_layer
@@ -153,7 +155,7 @@ def _analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodCon
 def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Path, p: int, out: Path,
            log: Any) -> dict[str, Any]:
     """`obliviate audit` of one unlearned model on the world (target = 100%, retain model = 0%); reports in `out`."""
-    from obliviate.audit.config import AuditConfig
+    from obliviate.config.audit import AuditConfig
     from obliviate.audit.core import run_audit
     from obliviate.audit.run import load_audit_data, write_audit
 
@@ -169,7 +171,7 @@ def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Pa
     return {"k_metric": res.k_metric, "verdict": res.verdict, "seconds": res.seconds}
 
 
-def _phases(log: Any) -> Any:
+def phases(log: Any) -> Any:
     """A logger of elapsed seconds per phase."""
     last = [time.perf_counter()]
 
@@ -302,7 +304,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.load import atomic_dir, save_model
-    from obliviate.jsonio import write_json
+    from obliviate.files import write_json
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report
     from obliviate.train.unlearn import unlearn
@@ -314,12 +316,12 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     world = make_world(cfg.world.authors, seed=cfg.world.seed, n_pretrain=cfg.world.pretrain_authors, forget_percents=(p,))
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         world_dir = write_world(world, out / "world")
-        phase = _phases(log)
+        phase = phases(log)
         tok, target, retain_model = _train_models(cfg, world, log)
         ml = cfg.max_length
         runs: dict[str, Any] = {}
         phase("trained retain and target models")
-        ev = _eval_config(cfg)
+        ev = eval_config(cfg)
         splits = load_eval_splits(str(world_dir), ev)
         retain_tr = forget_truth_ratios(retain_model, tok, splits["forget"], ev, ml)
         kw = {"source": str(world_dir), "retain_model": retain_model}
@@ -335,7 +337,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
             res = unlearn(student, tok, forget_rows, retain_rows, method, cfg.unlearn, max_length=ml)
             runs[name] = {"metrics": evaluate_model(student, tok, splits, ev, retain_tr, ml, **kw),
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
-            runs[name]["analysis"] = _analysis(target, student, tok, splits["forget"], method, ml)
+            runs[name]["analysis"] = forget_analysis(target, student, tok, splits["forget"], method, ml)
             save_model(out / "models" / name.lower(), student, tok)
             students[name] = student
             phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")

@@ -8,7 +8,7 @@ from obliviate.config import MethodConfig, TrainConfig, build
 from obliviate.errors import ConfigError
 from obliviate.data.rows import QARow
 from obliviate.train import continual
-from obliviate.train.continual import (ContinualConfig, ContinualResult, continual_table, run_continual,
+from obliviate.continual import (ContinualConfig, ContinualResult, continual_table, run_continual,
                                        split_requests)
 
 

@@ -9,104 +9,88 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
-from obliviate.audit.config import AuditConfig
+from obliviate.config.audit import AuditConfig
 from obliviate.errors import ConfigError
+from obliviate.config.fields import require, section, setting
 from obliviate.strict_yaml import safe_load
-
-
-def _require(ok: bool, key: str, value: Any, rule: str) -> None:
-    """Raise a ConfigError naming the key, its value and the rule it breaks."""
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is impossible: it must be {rule}")
-
-
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
-
-
-def section(default: Any, help: str) -> Any:
-    """A nested config section whose defaults differ from its class's (e.g. a fine-tuning TrainConfig)."""
-    return field(default_factory=lambda: default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
 class LoraSettings:
-    enabled: bool = _f(False, "train LoRA adapters only; θ0 = the same network with adapters off (no copy)")
-    r: int = _f(8, "adapter rank")
-    alpha: int = _f(16, "LoRA alpha (scaling alpha / r)")
-    dropout: float = _f(0.0, "dropout on the adapter input")
-    target_modules: list | None = _f(None, "module names to adapt (null: every linear layer but the head)")
-    merge_on_save: bool = _f(True, "save the merged model (loadable without peft) instead of the adapters")
+    enabled: bool = setting(False, "train LoRA adapters only; θ0 = the same network with adapters off (no copy)")
+    r: int = setting(8, "adapter rank")
+    alpha: int = setting(16, "LoRA alpha (scaling alpha / r)")
+    dropout: float = setting(0.0, "dropout on the adapter input")
+    target_modules: list | None = setting(None, "module names to adapt (null: every linear layer but the head)")
+    merge_on_save: bool = setting(True, "save the merged model (loadable without peft) instead of the adapters")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str = _f("", "local directory or hub id of a causal LM (safetensors); the starting model θ0")
-    tokenizer: str | None = _f(None, "tokenizer path or hub id when it differs from `path`")
-    dtype: str = _f("float32", "float32 | bfloat16 | float16")
-    attn_implementation: str = _f("sdpa", "eager | sdpa | any backend transformers knows")
-    trust_remote_code: bool = _f(False, "allow custom model code from the hub (off unless you trust it)")
+    path: str = setting("", "local directory or hub id of a causal LM (safetensors); the starting model θ0")
+    tokenizer: str | None = setting(None, "tokenizer path or hub id when it differs from `path`")
+    dtype: str = setting("float32", "float32 | bfloat16 | float16")
+    attn_implementation: str = setting("sdpa", "eager | sdpa | any backend transformers knows")
+    trust_remote_code: bool = setting(False, "allow custom model code from the hub (off unless you trust it)")
     lora: LoraSettings = section(LoraSettings(), "parameter-efficient unlearning with LoRA adapters")
 
     def __post_init__(self) -> None:
         dtypes = ("float32", "bfloat16", "float16")  # obliviate.modeling.load.DTYPES
-        _require(self.dtype in dtypes, "model.dtype", self.dtype, f"one of {', '.join(dtypes)}")
+        require(self.dtype in dtypes, "model.dtype", self.dtype, f"one of {', '.join(dtypes)}")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: str = _f("", "directory of <split>.jsonl files (TOFU layout), a file, or a hub dataset id")
-    forget_split: str = _f("forget10", "the data to forget")
-    retain_split: str = _f("retain90", "data to keep (must not share questions with the forget split)")
-    max_length: int = _f(256, "max tokens per example; the prompt is kept, the answer cut at the right")
-    format: str = _f("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
+    source: str = setting("", "directory of <split>.jsonl files (TOFU layout), a file, or a hub dataset id")
+    forget_split: str = setting("forget10", "the data to forget")
+    retain_split: str = setting("retain90", "data to keep (must not share questions with the forget split)")
+    max_length: int = setting(256, "max tokens per example; the prompt is kept, the answer cut at the right")
+    format: str = setting("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
 
     def __post_init__(self) -> None:
-        _require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
-        _require(self.format in ("qa", "text"), "data.format", self.format, "qa or text")
+        require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
+        require(self.format in ("qa", "text"), "data.format", self.format, "qa or text")
 
 
 @dataclass(frozen=True)
 class CombineConfig:
-    rule: str = _f("sum", "gradient rule: sum | sago | sago_retain | pcgrad | pcgrad_global | blur | gru | gru_ema")
-    separate_backward: bool | None = _f(None, "forget and retain backward separately (always for rules "
+    rule: str = setting("sum", "gradient rule: sum | sago | sago_retain | pcgrad | pcgrad_global | blur | gru | gru_ema")
+    separate_backward: bool | None = setting(None, "forget and retain backward separately (always for rules "
                                               "other than sum; null = only when the rule needs it)")
-    module_stats: bool = _f(False, "log gradient-geometry statistics per parameter tensor too")
+    module_stats: bool = setting(False, "log gradient-geometry statistics per parameter tensor too")
 
 
 @dataclass(frozen=True)
 class MethodConfig:
-    forget: str = _f("asu", "forget objective (obliviate ls)")
-    forget_args: dict = _f({}, "hyper-parameters of the forget objective, e.g. {tau: 3.0, layers: [0]}")
-    retain: str | None = _f("kl", "retain term (nll | kl | ...); null for none")
-    retain_args: dict = _f({}, "hyper-parameters of the retain term")
-    gamma: float = _f(1.0, "forget weight γ")
-    alpha: float = _f(1.0, "retain weight α")
-    refusals: str | None = _f(None, "file of refusal answers for idk/dpo/ap (null: the shipped TOFU list)")
-    allow_unusual_tau: bool = _f(False, "run ASU with forget_args.tau <= 1 anyway: tau = 1 makes the teacher the "
+    forget: str = setting("asu", "forget objective (obliviate ls)")
+    forget_args: dict = setting({}, "hyper-parameters of the forget objective, e.g. {tau: 3.0, layers: [0]}")
+    retain: str | None = setting("kl", "retain term (nll | kl | ...); null for none")
+    retain_args: dict = setting({}, "hyper-parameters of the retain term")
+    gamma: float = setting(1.0, "forget weight γ")
+    alpha: float = setting(1.0, "retain weight α")
+    refusals: str | None = setting(None, "file of refusal answers for idk/dpo/ap (null: the shipped TOFU list)")
+    allow_unusual_tau: bool = setting(False, "run ASU with forget_args.tau <= 1 anyway: tau = 1 makes the teacher the "
                                         "model itself (ASU then does nothing), tau < 1 sharpens its attention "
                                         "instead of smoothing it; both are refused unless this is true")
     combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients combine (docs/METHODS.md §2)")
-    cache: str = _f("auto", "θ0 stats (teacher/reference) cached per example after their first forward: auto = "
+    cache: str = setting("auto", "θ0 stats (teacher/reference) cached per example after their first forward: auto = "
                             "summed log-probs always (npo/dpo), vocabulary distributions exactly when under "
                             "cache_max_gb (else live) | exact (refuse over the limit) | topk (top-k + tail bucket; "
                             "asu/kl only) | none (live frozen forwards every step)")
-    cache_topk: int = _f(64, "k of method.cache=topk: exact top-k log-probs + the log of the remaining mass")
-    cache_max_gb: float = _f(4.0, "limit on the θ0 cache (all roles; estimate printed before it is filled)")
-    cache_bf16: bool = _f(False, "store cached distributions in bfloat16 (half the memory; log-probs rounded to "
+    cache_topk: int = setting(64, "k of method.cache=topk: exact top-k log-probs + the log of the remaining mass")
+    cache_max_gb: float = setting(4.0, "limit on the θ0 cache (all roles; estimate printed before it is filled)")
+    cache_bf16: bool = setting(False, "store cached distributions in bfloat16 (half the memory; log-probs rounded to "
                                  "a relative 2^-9)")
 
     def __post_init__(self) -> None:
-        _require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
-        _require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
+        require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
+        require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
         check_teacher_args(self.forget_args, self.allow_unusual_tau)
 
     @property
@@ -128,7 +112,7 @@ def check_layer_list(value: Any, key: str) -> None:
     """null (every layer) or a non-empty list of int layer indices; the range needs the model (obliviate.preflight)."""
     ok = value is None or (isinstance(value, list) and bool(value)
                            and all(isinstance(i, int) and not isinstance(i, bool) for i in value))
-    _require(ok, key, value, "null (every layer) or a non-empty list of layer indices such as [0] or [0, 1] "
+    require(ok, key, value, "null (every layer) or a non-empty list of layer indices such as [0] or [0, 1] "
                              "(negative indices count from the last layer)")
 
 
@@ -137,7 +121,7 @@ def check_teacher_args(args: Mapping[str, Any], allow_unusual_tau: bool = False)
     layers null or a non-empty list of ints. The layer range is checked against the model before training."""
     if "tau" in args:
         tau = args["tau"]
-        _require(_is_number(tau) and tau > 0, "method.forget_args.tau", tau,
+        require(_is_number(tau) and tau > 0, "method.forget_args.tau", tau,
                  "a finite number > 0 (ASU smooths with tau > 1; the paper uses 2.0-2.8)")
         if tau == 1 and not allow_unusual_tau:
             raise ConfigError("method.forget_args.tau=1 makes the teacher identical to the model, so ASU would change "
@@ -152,149 +136,149 @@ def check_teacher_args(args: Mapping[str, Any], allow_unusual_tau: bool = False)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: float = _f(5.0, "passes over the forget (or fine-tune) set")
-    max_steps: int | None = _f(None, "optimizer steps; overrides epochs when set")
-    batch_size: int = _f(8, "examples per device per micro-batch (forget and retain each)")
-    grad_accum: int = _f(1, "micro-batches per optimizer step")
-    lr: float = _f(1e-5, "peak learning rate (AdamW)")
-    weight_decay: float = _f(0.01, "AdamW weight decay")
-    scheduler: str = _f("linear", "linear | cosine | constant | constant_with_warmup (transformers)")
-    warmup_ratio: float = _f(0.0, "share of steps used for linear warm-up")
-    max_grad_norm: float | None = _f(1.0, "gradient clipping norm; null to disable")
-    seed: int = _f(0, "seed for initialisation order, shuffling and forget/retain pairing")
-    cpu: bool = _f(False, "force the CPU even when a GPU is present")
-    progress: bool = _f(True, "show a rich progress bar")
-    checkpoint_dir: str | None = _f(None, "directory for checkpoints; a run with one resumes from it")
-    checkpoint_every: int = _f(0, "save a checkpoint every N optimizer steps (0 = never)")
-    resume: str = _f("auto", "a checkpoint in checkpoint_dir: auto = resume it when it was written by this same run "
+    epochs: float = setting(5.0, "passes over the forget (or fine-tune) set")
+    max_steps: int | None = setting(None, "optimizer steps; overrides epochs when set")
+    batch_size: int = setting(8, "examples per device per micro-batch (forget and retain each)")
+    grad_accum: int = setting(1, "micro-batches per optimizer step")
+    lr: float = setting(1e-5, "peak learning rate (AdamW)")
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    scheduler: str = setting("linear", "linear | cosine | constant | constant_with_warmup (transformers)")
+    warmup_ratio: float = setting(0.0, "share of steps used for linear warm-up")
+    max_grad_norm: float | None = setting(1.0, "gradient clipping norm; null to disable")
+    seed: int = setting(0, "seed for initialisation order, shuffling and forget/retain pairing")
+    cpu: bool = setting(False, "force the CPU even when a GPU is present")
+    progress: bool = setting(True, "show a rich progress bar")
+    checkpoint_dir: str | None = setting(None, "directory for checkpoints; a run with one resumes from it")
+    checkpoint_every: int = setting(0, "save a checkpoint every N optimizer steps (0 = never)")
+    resume: str = setting("auto", "a checkpoint in checkpoint_dir: auto = resume it when it was written by this same run "
                              "(settings, model, data; else an error listing what differs) | never = start fresh "
                              "(the old one is replaced when the first new one is written) | require = resume, "
                              "error if there is none")
-    fsdp: bool = _f(False, "shard the student and its frozen θ0 copy with torch FSDP2 (per decoder layer, then the "
+    fsdp: bool = setting(False, "shard the student and its frozen θ0 copy with torch FSDP2 (per decoder layer, then the "
                            "root) over the launched processes (torchrun), for models that do not fit one device; "
                            "AdamW state is sharded too, the trained model is gathered in full at the end")
-    group_by_length: bool = _f(True, "within each optimizer step, sort its examples by length before cutting them into "
+    group_by_length: bool = setting(True, "within each optimizer step, sort its examples by length before cutting them into "
                                      "accumulation micro-batches (less padding; the step's examples and gradient are "
                                      "unchanged)")
-    precision: str = _f("fp32", "fp32 | bf16: bf16 autocast of the forward passes; weights, gradients, AdamW state, "
+    precision: str = setting("fp32", "fp32 | bf16: bf16 autocast of the forward passes; weights, gradients, AdamW state, "
                                 "log-softmax, KL and reductions stay float32 (train/switches.py)")
-    gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward (less "
+    gradient_checkpointing: bool = setting(False, "recompute each decoder layer's activations in the backward (less "
                                              "memory, ~1/3 more compute, same math)")
-    compile: bool = _f(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
-    compile_backend: str = _f("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
+    compile: bool = setting(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
+    compile_backend: str = setting("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
 
     def __post_init__(self) -> None:
-        _require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
-        _require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
-        _require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
+        require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
+        require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
+        require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
                  self.checkpoint_every, "0 unless train.checkpoint_dir is set")
-        _require(self.epochs > 0, "train.epochs", self.epochs, "> 0")
-        _require(self.max_steps is None or self.max_steps >= 1, "train.max_steps", self.max_steps, ">= 1 or null")
-        _require(self.batch_size >= 1, "train.batch_size", self.batch_size, ">= 1")
-        _require(self.grad_accum >= 1, "train.grad_accum", self.grad_accum, ">= 1")
-        _require(self.lr > 0, "train.lr", self.lr, "> 0")
-        _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
-        _require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "in [0, 1)")
-        _require(self.max_grad_norm is None or self.max_grad_norm > 0, "train.max_grad_norm", self.max_grad_norm, "> 0 or null")
+        require(self.epochs > 0, "train.epochs", self.epochs, "> 0")
+        require(self.max_steps is None or self.max_steps >= 1, "train.max_steps", self.max_steps, ">= 1 or null")
+        require(self.batch_size >= 1, "train.batch_size", self.batch_size, ">= 1")
+        require(self.grad_accum >= 1, "train.grad_accum", self.grad_accum, ">= 1")
+        require(self.lr > 0, "train.lr", self.lr, "> 0")
+        require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
+        require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "in [0, 1)")
+        require(self.max_grad_norm is None or self.max_grad_norm > 0, "train.max_grad_norm", self.max_grad_norm, "> 0 or null")
         schedulers = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
-        _require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")
-        _require(self.resume in ("auto", "never", "require"), "train.resume", self.resume, "auto, never or require")
+        require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")
+        require(self.resume in ("auto", "never", "require"), "train.resume", self.resume, "auto, never or require")
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    enabled: bool = _f(True, "evaluate after training")
-    source: str | None = _f(None, "evaluation data directory / hub id (defaults to data.source)")
-    forget_split: str | None = _f("forget10_perturbed", "forget split with paraphrased/perturbed answers")
-    retain_split: str | None = _f("retain_perturbed", "retain split with paraphrased/perturbed answers")
-    real_authors_split: str | None = _f("real_authors_perturbed", "real-authors split (3 perturbed answers)")
-    world_facts_split: str | None = _f("world_facts_perturbed", "world-facts split (3 perturbed answers)")
-    retain_model: str | None = _f(None, "model trained without the forget set (for forget_quality)")
-    max_new_tokens: int = _f(200, "greedy generation length (TOFU: 200)")
-    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
-    max_examples: int | None = _f(None, "evaluate only the first N rows of each split (quick looks)")
-    memorization: bool = _f(True, "forget extraction strength and exact memorisation (one forward, no generation)")
-    holdout_split: str | None = _f(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")
-    closer_look: bool = _f(False, "FE/MU of the closer-look protocol (needs the embedding and NLI models)")
-    embedding_model: str | None = _f("sentence-transformers/paraphrase-MiniLM-L6-v2",
+    enabled: bool = setting(True, "evaluate after training")
+    source: str | None = setting(None, "evaluation data directory / hub id (defaults to data.source)")
+    forget_split: str | None = setting("forget10_perturbed", "forget split with paraphrased/perturbed answers")
+    retain_split: str | None = setting("retain_perturbed", "retain split with paraphrased/perturbed answers")
+    real_authors_split: str | None = setting("real_authors_perturbed", "real-authors split (3 perturbed answers)")
+    world_facts_split: str | None = setting("world_facts_perturbed", "world-facts split (3 perturbed answers)")
+    retain_model: str | None = setting(None, "model trained without the forget set (for forget_quality)")
+    max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
+    batch_size: int = setting(32, "evaluation batch size (generation rows; answers scored per forward)")
+    max_examples: int | None = setting(None, "evaluate only the first N rows of each split (quick looks)")
+    memorization: bool = setting(True, "forget extraction strength and exact memorisation (one forward, no generation)")
+    holdout_split: str | None = setting(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")
+    closer_look: bool = setting(False, "FE/MU of the closer-look protocol (needs the embedding and NLI models)")
+    embedding_model: str | None = setting("sentence-transformers/paraphrase-MiniLM-L6-v2",
                                      "sentence-embedding model (hub id or local path) for Cosine Similarity")
-    nli_model: str | None = _f("sileod/deberta-v3-base-tasksource-nli", "NLI model (hub id or local path) for "
+    nli_model: str | None = setting("sileod/deberta-v3-base-tasksource-nli", "NLI model (hub id or local path) for "
                                                                         "the Entailment Score")
-    protocol: str = _f("tofu", "tofu: every row, max_new_tokens new tokens per answer | closer_look: as the "
+    protocol: str = setting("tofu", "tofu: every row, max_new_tokens new tokens per answer | closer_look: as the "
                                "closer-look authors run it (sail-sg/closer-look-LLM-unlearning config/tofu.yaml: "
                                "ds_size 300, generation max_length 200): the first 300 rows of each split (fewer "
                                "with max_examples), at most 200 tokens of prompt + answer per generation (and per "
                                "scored sequence), and FE/MU on (as closer_look=true)")
-    token_rule: str = _f("open_unlearning", "tokens of extraction strength, exact memorisation, Min-K% and Min-K%++ "
+    token_rule: str = setting("open_unlearning", "tokens of extraction strength, exact memorisation, Min-K% and Min-K%++ "
                                             "| open_unlearning: without the answer's last token (EOS), as that "
                                             "framework scores them (ES >= 1/N) | all_tokens: every answer token "
                                             "avg_loss counts, EOS included (ES 0 when the last is wrong)")
-    every_steps: int | None = _f(None, "evaluate during training every N optimizer steps (and at the last) on "
+    every_steps: int | None = setting(None, "evaluate during training every N optimizer steps (and at the last) on "
                                        "during_rows rows of the forget and retain splits (ROUGE-L, truth ratio, Prob, "
                                        "fact recall, fluency); the curve joins metrics.json's history as eval_* keys")
-    during_rows: int = _f(16, "rows of each split in the evaluation during training")
-    keep_best: str | None = _f(None, "end the run on the evaluation during training with the best value of this "
+    during_rows: int = setting(16, "rows of each split in the evaluation during training")
+    keep_best: str | None = setting(None, "end the run on the evaluation during training with the best value of this "
                                      "metric expression (e.g. 'retain_rougeL_recall - forget_rougeL_recall') instead "
                                      "of the last step; needs every_steps")
-    keep_best_direction: str = _f("maximize", "maximize | minimize: which end of keep_best is best")
+    keep_best_direction: str = setting("maximize", "maximize | minimize: which end of keep_best is best")
 
     def __post_init__(self) -> None:
-        _require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
-        _require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
-        _require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
-        _require(self.protocol in ("tofu", "closer_look"), "eval.protocol", self.protocol, "tofu or closer_look")
-        _require(self.token_rule in ("open_unlearning", "all_tokens"), "eval.token_rule", self.token_rule,
+        require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
+        require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
+        require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
+        require(self.protocol in ("tofu", "closer_look"), "eval.protocol", self.protocol, "tofu or closer_look")
+        require(self.token_rule in ("open_unlearning", "all_tokens"), "eval.token_rule", self.token_rule,
                  "open_unlearning or all_tokens")
-        _require(self.every_steps is None or self.every_steps >= 1, "eval.every_steps", self.every_steps, ">= 1 or null")
-        _require(self.during_rows >= 1, "eval.during_rows", self.during_rows, ">= 1")
-        _require(self.keep_best_direction in ("maximize", "minimize"), "eval.keep_best_direction",
+        require(self.every_steps is None or self.every_steps >= 1, "eval.every_steps", self.every_steps, ">= 1 or null")
+        require(self.during_rows >= 1, "eval.during_rows", self.during_rows, ">= 1")
+        require(self.keep_best_direction in ("maximize", "minimize"), "eval.keep_best_direction",
                  self.keep_best_direction, "maximize or minimize")
-        _require(self.keep_best is None or self.every_steps is not None, "eval.keep_best", self.keep_best,
+        require(self.keep_best is None or self.every_steps is not None, "eval.keep_best", self.keep_best,
                  "null unless eval.every_steps is set (the best is chosen among the evaluations during training)")
 
 
 @dataclass(frozen=True)
 class MuseEvalConfig:
-    source: str = _f("", "MUSE directory (hub layout: verbmem/, knowmem/, privleak/) or hub id, e.g. muse-bench/MUSE-News")
-    retrain_model: str | None = _f(None, "model trained without the forget corpus: its Min-K% AUC is PrivLeak's reference")
-    verbmem_max_new_tokens: int = _f(128, "VerbMem continuation length (MUSE: 128)")
-    knowmem_max_new_tokens: int = _f(32, "KnowMem answer length (MUSE: 32)")
-    batch_size: int = _f(8, "evaluation batch size")
-    max_examples: int | None = _f(None, "first N items of each part")
-    privleak_window: int | None = _f(None, "tokens per forward pass of PrivLeak's Min-K% (null: the model's "
+    source: str = setting("", "MUSE directory (hub layout: verbmem/, knowmem/, privleak/) or hub id, e.g. muse-bench/MUSE-News")
+    retrain_model: str | None = setting(None, "model trained without the forget corpus: its Min-K% AUC is PrivLeak's reference")
+    verbmem_max_new_tokens: int = setting(128, "VerbMem continuation length (MUSE: 128)")
+    knowmem_max_new_tokens: int = setting(32, "KnowMem answer length (MUSE: 32)")
+    batch_size: int = setting(8, "evaluation batch size")
+    max_examples: int | None = setting(None, "first N items of each part")
+    privleak_window: int | None = setting(None, "tokens per forward pass of PrivLeak's Min-K% (null: the model's "
                                            "max_position_embeddings); MUSE's code scores each whole document in one "
                                            "pass, so longer documents are scored in overlapping windows")
-    privleak_stride: int | None = _f(None, "step between those windows (null: window // 2); every token after BOS "
+    privleak_stride: int | None = setting(None, "step between those windows (null: window // 2); every token after BOS "
                                            "is scored once, with >= window - stride tokens of context")
-    privleak_max_tokens: int | None = _f(None, "score only the first N tokens (BOS included) of each PrivLeak "
+    privleak_max_tokens: int | None = setting(None, "score only the first N tokens (BOS included) of each PrivLeak "
                                                "document (quick looks); null: whole documents, as MUSE")
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "verbmem_max_new_tokens", "knowmem_max_new_tokens"):
-            _require(getattr(self, key) >= 1, f"muse.{key}", getattr(self, key), ">= 1")
+            require(getattr(self, key) >= 1, f"muse.{key}", getattr(self, key), ">= 1")
         for key, low in (("max_examples", 1), ("privleak_window", 2), ("privleak_stride", 1),
                          ("privleak_max_tokens", 2)):
             value = getattr(self, key)
-            _require(value is None or value >= low, f"muse.{key}", value, f">= {low} or null")
-        _require(self.privleak_stride is None or self.privleak_window is None
+            require(value is None or value >= low, f"muse.{key}", value, f">= {low} or null")
+        require(self.privleak_stride is None or self.privleak_window is None
                  or self.privleak_stride < self.privleak_window, "muse.privleak_stride", self.privleak_stride,
                  f"< muse.privleak_window ({self.privleak_window}) so windows overlap")
 
 
 @dataclass(frozen=True)
 class ContinualConfig:
-    requests: int | None = _f(None, "number of sequential forget requests the forget split is cut into, by "
+    requests: int | None = setting(None, "number of sequential forget requests the forget split is cut into, by "
                                     "author (e.g. 10 on forget10 = TOFU's forget01 tasks); null: see authors_per_request")
-    authors_per_request: int | None = _f(None, "authors per request instead of a request count (TOFU: 2 authors "
+    authors_per_request: int | None = setting(None, "authors per request instead of a request count (TOFU: 2 authors "
                                                "= forget01 task, 20 = forget10 task); both null: continual mode off")
-    eval_every: int = _f(1, "evaluate every forget set seen so far after every k-th request (always after the last)")
-    max_new_tokens: int = _f(64, "greedy answer length of the per-request evaluation")
-    batch_size: int = _f(16, "batch size of the per-request evaluation")
+    eval_every: int = setting(1, "evaluate every forget set seen so far after every k-th request (always after the last)")
+    max_new_tokens: int = setting(64, "greedy answer length of the per-request evaluation")
+    batch_size: int = setting(16, "batch size of the per-request evaluation")
 
     def __post_init__(self) -> None:
         for key in ("requests", "authors_per_request", "eval_every", "max_new_tokens", "batch_size"):
             value, nullable = getattr(self, key), key in ("requests", "authors_per_request")
-            _require(value >= 1 if value is not None else nullable, f"continual.{key}", value,
+            require(value >= 1 if value is not None else nullable, f"continual.{key}", value,
                      ">= 1 or null" if nullable else ">= 1")
 
     @property
@@ -317,31 +301,31 @@ class RunConfig:
     audit: AuditConfig = section(AuditConfig(), "attack the saved model after the run (obliviate audit; data.format "
                                                 "qa): audit.enabled=true writes output_dir/audit and the verdict "
                                                 "into receipt.json")
-    output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
-    overwrite: bool = _f(False, "replace an existing output_dir (otherwise it is an error)")
+    output_dir: str = setting("", "where the model, tokenizer, resolved config and metrics are written")
+    overwrite: bool = setting(False, "replace an existing output_dir (otherwise it is an error)")
 
 
 @dataclass(frozen=True)
 class TinyConfig:
-    hidden_size: int = _f(128, "model width")
-    layers: int = _f(2, "transformer layers")
-    heads: int = _f(4, "attention heads")
-    vocab_size: int = _f(1024, "BPE vocabulary trained on the data's text")
-    seed: int = _f(0, "initialisation seed")
+    hidden_size: int = setting(128, "model width")
+    layers: int = setting(2, "transformer layers")
+    heads: int = setting(4, "attention heads")
+    vocab_size: int = setting(1024, "BPE vocabulary trained on the data's text")
+    seed: int = setting(0, "initialisation seed")
 
     def __post_init__(self) -> None:
-        _require(self.hidden_size >= 8 and self.hidden_size % self.heads == 0, "tiny.hidden_size",
+        require(self.hidden_size >= 8 and self.hidden_size % self.heads == 0, "tiny.hidden_size",
                  self.hidden_size, "a multiple of tiny.heads and >= 8")
-        _require(self.layers >= 1, "tiny.layers", self.layers, ">= 1")
-        _require(self.vocab_size >= 300, "tiny.vocab_size", self.vocab_size, ">= 300 (byte alphabet + merges)")
+        require(self.layers >= 1, "tiny.layers", self.layers, ">= 1")
+        require(self.vocab_size >= 300, "tiny.vocab_size", self.vocab_size, ">= 300 (byte alphabet + merges)")
 
 
 @dataclass(frozen=True)
 class FinetuneDataConfig:
-    source: str = _f("", "directory of <split>.jsonl files, a file, or a hub dataset id")
-    splits: list = _f(["full"], "splits to train on together, e.g. [retain90, real_authors, world_facts]")
-    max_length: int = _f(256, "max tokens per example")
-    format: str = _f("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
+    source: str = setting("", "directory of <split>.jsonl files, a file, or a hub dataset id")
+    splits: list = setting(["full"], "splits to train on together, e.g. [retain90, real_authors, world_facts]")
+    max_length: int = setting(256, "max tokens per example")
+    format: str = setting("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
 
 
 @dataclass(frozen=True)
@@ -350,36 +334,36 @@ class FinetuneConfig:
     tiny: TinyConfig = section(TinyConfig(), "size of the model built when model.path is 'tiny'")
     data: FinetuneDataConfig = section(FinetuneDataConfig(), "training data")
     train: TrainConfig = section(TrainConfig(epochs=10, lr=1e-4), "optimisation")
-    output_dir: str = _f("", "where the model, tokenizer, resolved config and metrics are written")
-    overwrite: bool = _f(False, "replace an existing output_dir")
+    output_dir: str = setting("", "where the model, tokenizer, resolved config and metrics are written")
+    overwrite: bool = setting(False, "replace an existing output_dir")
 
 
 @dataclass(frozen=True)
 class McqEvalConfig:
-    source: str = _f("", "JSONL/JSON file (question, choices, answer) or hub id, e.g. cais/wmdp")
-    config: str | None = _f(None, "hub config, e.g. wmdp-bio, wmdp-cyber, all (MMLU)")
-    split: str = _f("test", "hub split")
-    name: str | None = _f(None, "dataset name for the metric key (default: config or file name)")
-    target: str = _f("letter", "score ' A'..' D' after the lettered prompt (letter) or each choice's text (text)")
-    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
-    max_length: int = _f(1024, "max tokens per prompt + option (prompts are cut from the left)")
-    max_examples: int | None = _f(None, "first N questions")
-    lm_eval_tasks: list = _f([], "lm-evaluation-harness tasks to run as well, e.g. [wmdp_bio, mmlu] (extra: lm-eval)")
-    lm_eval_limit: int | None = _f(None, "lm-eval's limit per task")
+    source: str = setting("", "JSONL/JSON file (question, choices, answer) or hub id, e.g. cais/wmdp")
+    config: str | None = setting(None, "hub config, e.g. wmdp-bio, wmdp-cyber, all (MMLU)")
+    split: str = setting("test", "hub split")
+    name: str | None = setting(None, "dataset name for the metric key (default: config or file name)")
+    target: str = setting("letter", "score ' A'..' D' after the lettered prompt (letter) or each choice's text (text)")
+    batch_size: int = setting(32, "evaluation batch size (generation rows; answers scored per forward)")
+    max_length: int = setting(1024, "max tokens per prompt + option (prompts are cut from the left)")
+    max_examples: int | None = setting(None, "first N questions")
+    lm_eval_tasks: list = setting([], "lm-evaluation-harness tasks to run as well, e.g. [wmdp_bio, mmlu] (extra: lm-eval)")
+    lm_eval_limit: int | None = setting(None, "lm-eval's limit per task")
 
     def __post_init__(self) -> None:
-        _require(self.target in ("letter", "text"), "mcq.target", self.target, "letter or text")
+        require(self.target in ("letter", "text"), "mcq.target", self.target, "letter or text")
 
 
 @dataclass(frozen=True)
 class RwkuEvalConfig:
-    source: str = _f("jinzhuoran/RWKU", "RWKU directory of <level>.json files, a file, or the hub id")
-    levels: list = _f(["forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2"],
+    source: str = setting("jinzhuoran/RWKU", "RWKU directory of <level>.json files, a file, or the hub id")
+    levels: list = setting(["forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2"],
                       "probe levels to evaluate")
-    subject: str | None = _f(None, "the unlearning target (RWKU evaluates one subject at a time)")
-    max_new_tokens: int = _f(30, "answer length")
-    batch_size: int = _f(32, "evaluation batch size (generation rows; answers scored per forward)")
-    max_examples: int | None = _f(None, "first N probes per level")
+    subject: str | None = setting(None, "the unlearning target (RWKU evaluates one subject at a time)")
+    max_new_tokens: int = setting(30, "answer length")
+    batch_size: int = setting(32, "evaluation batch size (generation rows; answers scored per forward)")
+    max_examples: int | None = setting(None, "first N probes per level")
 
 
 BENCHMARKS = ("tofu", "muse", "mcq", "rwku")
@@ -387,39 +371,39 @@ BENCHMARKS = ("tofu", "muse", "mcq", "rwku")
 
 @dataclass(frozen=True)
 class EvalRunConfig:
-    benchmark: str = _f("tofu", "tofu | muse | mcq | rwku")
+    benchmark: str = setting("tofu", "tofu | muse | mcq | rwku")
     model: ModelConfig = section(ModelConfig(), "model to evaluate")
     eval: EvalConfig = section(EvalConfig(), "TOFU: splits (eval.source is required) and settings")
     muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE settings")
     mcq: McqEvalConfig = section(McqEvalConfig(), "multiple choice (WMDP / MMLU) settings")
     rwku: RwkuEvalConfig = section(RwkuEvalConfig(), "RWKU settings")
-    max_length: int = _f(256, "max tokens per example for likelihoods")
-    output_dir: str = _f("", "where metrics.json and report.md are written")
-    overwrite: bool = _f(False, "replace an existing output_dir")
+    max_length: int = setting(256, "max tokens per example for likelihoods")
+    output_dir: str = setting("", "where metrics.json and report.md are written")
+    overwrite: bool = setting(False, "replace an existing output_dir")
 
     def __post_init__(self) -> None:
-        _require(self.benchmark in BENCHMARKS, "benchmark", self.benchmark, f"one of {', '.join(BENCHMARKS)}")
+        require(self.benchmark in BENCHMARKS, "benchmark", self.benchmark, f"one of {', '.join(BENCHMARKS)}")
 
 
 @dataclass(frozen=True)
 class CalibrateConfig:
     model: ModelConfig = section(ModelConfig(), "the model to unlearn (θ0); its smoothed copy is the teacher")
-    source: str = _f("", "data directory / file / hub id of the forget set")
-    split: str = _f("forget10", "the forget split to calibrate on")
-    max_examples: int | None = _f(200, "use the first N rows (null: all)")
-    taus: list = _f([1.5, 2.0, 3.0, 4.0, 8.0, 16.0], "temperatures to try")
-    layer_sets: list | None = _f(None, "layer sets to try, e.g. [[0], [0, 1], null]; null = a default sweep")
-    functional_budget: float = _f(0.7, "max mean log-prob loss (nats) of functional tokens for a setting to count")
-    min_factual: float = _f(0.3, "factual tokens must lose at least this many nats to be recommended by selectivity")
-    max_length: int = _f(256, "max tokens per example")
-    output_dir: str = _f("", "where calibration.json and calibration.md are written (optional)")
-    overwrite: bool = _f(False, "replace an existing output_dir")
+    source: str = setting("", "data directory / file / hub id of the forget set")
+    split: str = setting("forget10", "the forget split to calibrate on")
+    max_examples: int | None = setting(200, "use the first N rows (null: all)")
+    taus: list = setting([1.5, 2.0, 3.0, 4.0, 8.0, 16.0], "temperatures to try")
+    layer_sets: list | None = setting(None, "layer sets to try, e.g. [[0], [0, 1], null]; null = a default sweep")
+    functional_budget: float = setting(0.7, "max mean log-prob loss (nats) of functional tokens for a setting to count")
+    min_factual: float = setting(0.3, "factual tokens must lose at least this many nats to be recommended by selectivity")
+    max_length: int = setting(256, "max tokens per example")
+    output_dir: str = setting("", "where calibration.json and calibration.md are written (optional)")
+    overwrite: bool = setting(False, "replace an existing output_dir")
 
     def __post_init__(self) -> None:
-        _require(bool(self.taus) and all(isinstance(t, (int, float)) and t > 0 for t in self.taus),
+        require(bool(self.taus) and all(isinstance(t, (int, float)) and t > 0 for t in self.taus),
                  "taus", self.taus, "a non-empty list of positive numbers")
-        _require(self.functional_budget > 0, "functional_budget", self.functional_budget, "> 0")
-        _require(self.layer_sets is None or bool(self.layer_sets), "layer_sets", self.layer_sets,
+        require(self.functional_budget > 0, "functional_budget", self.functional_budget, "> 0")
+        require(self.layer_sets is None or bool(self.layer_sets), "layer_sets", self.layer_sets,
                  "null (a default sweep) or a non-empty list of layer sets such as [[0], [0, 1], null]")
         for i, layers in enumerate(self.layer_sets or []):
             check_layer_list(layers, f"layer_sets[{i}]")

@@ -8,7 +8,7 @@ import pytest
 
 from obliviate.config import load_config
 from obliviate.errors import ObliviateError
-from obliviate.knowledge_demo import KnowledgeDemoConfig, run_knowledge_demo
+from obliviate.demos.knowledge import KnowledgeDemoConfig, run_knowledge_demo
 
 
 def _cfg(model_dir, facts_file, out, **over):

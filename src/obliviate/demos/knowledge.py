@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, _f, _require, build, section, to_dict
+from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, build, section, to_dict
+from obliviate.config.fields import require, setting
 from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
                                       facts_from_rows, family_table, first_per_family, load_facts, split_known,
                                       unique_questions)
@@ -27,57 +28,57 @@ AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration 
 
 @dataclass(frozen=True)
 class KnowledgeSettings:
-    facts: str | None = _f(None, "facts file (JSONL: id, family, entity, question, answer, aliases); null: the built-in set")
-    tofu_source: str | None = _f(None, "TOFU directory or hub id whose world_facts / real_authors are probed too (null: none)")
-    tofu_splits: list = _f(["world_facts", "real_authors"], "TOFU splits added to the probe")
-    forget_families: list = _f(["capitals"], "fact families to forget (see the probe table)")
-    forget_entities: list = _f([], "entities to forget instead (every family's facts about them)")
-    max_forget: int | None = _f(None, "at most this many forget facts (the first known ones)")
-    max_per_family: int | None = _f(None, "probe only the first N facts of each family (null: all; a quick look)")
-    retain_share: float = _f(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
-    max_eval: int | None = _f(20, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
-    max_new_tokens: int = _f(24, "greedy reply length for probing and evaluation")
-    batch_size: int = _f(32, "generation / scoring batch size")
+    facts: str | None = setting(None, "facts file (JSONL: id, family, entity, question, answer, aliases); null: the built-in set")
+    tofu_source: str | None = setting(None, "TOFU directory or hub id whose world_facts / real_authors are probed too (null: none)")
+    tofu_splits: list = setting(["world_facts", "real_authors"], "TOFU splits added to the probe")
+    forget_families: list = setting(["capitals"], "fact families to forget (see the probe table)")
+    forget_entities: list = setting([], "entities to forget instead (every family's facts about them)")
+    max_forget: int | None = setting(None, "at most this many forget facts (the first known ones)")
+    max_per_family: int | None = setting(None, "probe only the first N facts of each family (null: all; a quick look)")
+    retain_share: float = setting(0.5, "share of the remaining known facts the retain term trains on (rest: held out)")
+    max_eval: int | None = setting(20, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
+    max_new_tokens: int = setting(24, "greedy reply length for probing and evaluation")
+    batch_size: int = setting(32, "generation / scoring batch size")
 
     def __post_init__(self) -> None:
-        _require(0 < self.retain_share <= 1, "knowledge.retain_share", self.retain_share, "in (0, 1]")
-        _require(self.max_new_tokens >= 1, "knowledge.max_new_tokens", self.max_new_tokens, ">= 1")
-        _require(self.max_forget is None or self.max_forget >= 1, "knowledge.max_forget", self.max_forget, ">= 1 or null")
-        _require(self.max_per_family is None or self.max_per_family >= 1, "knowledge.max_per_family",
+        require(0 < self.retain_share <= 1, "knowledge.retain_share", self.retain_share, "in (0, 1]")
+        require(self.max_new_tokens >= 1, "knowledge.max_new_tokens", self.max_new_tokens, ">= 1")
+        require(self.max_forget is None or self.max_forget >= 1, "knowledge.max_forget", self.max_forget, ">= 1 or null")
+        require(self.max_per_family is None or self.max_per_family >= 1, "knowledge.max_per_family",
                  self.max_per_family, ">= 1 or null")
 
 
 @dataclass(frozen=True)
 class CalibrateSettings:
-    taus: list = _f([2.0, 3.0, 4.0], "temperatures tried for `tau: auto` methods")
-    layer_sets: list | None = _f(None, "layer sets tried (null: obliviate.eval.analysis.default_layer_sets)")
-    functional_budget: float = _f(0.7, "max mean log-prob loss of functional tokens (nats)")
-    min_factual: float = _f(0.3, "factual tokens must lose at least this much to be chosen by selectivity")
+    taus: list = setting([2.0, 3.0, 4.0], "temperatures tried for `tau: auto` methods")
+    layer_sets: list | None = setting(None, "layer sets tried (null: obliviate.eval.analysis.default_layer_sets)")
+    functional_budget: float = setting(0.7, "max mean log-prob loss of functional tokens (nats)")
+    min_factual: float = setting(0.3, "factual tokens must lose at least this much to be chosen by selectivity")
 
 
 @dataclass(frozen=True)
 class KnowledgeDemoConfig:
-    kind: str = _f("knowledge", "demo kind: knowledge (a pretrained model forgets facts it knows)")
+    kind: str = setting("knowledge", "demo kind: knowledge (a pretrained model forgets facts it knows)")
     model: ModelConfig = section(ModelConfig(path="smollm2-135m-instruct"), "the pretrained model θ0")
     knowledge: KnowledgeSettings = section(KnowledgeSettings(), "facts, groups and probing")
-    max_length: int = _f(96, "max tokens per training example")
+    max_length: int = setting(96, "max tokens per training example")
     unlearn: TrainConfig = section(TrainConfig(epochs=3, batch_size=8, lr=2e-5, scheduler="constant", weight_decay=0.0),
                                    "unlearning runs (the same budget for every method)")
-    methods: dict = _f({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": None}, "retain": "kl"},
+    methods: dict = setting({"ASU_KL": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": None}, "retain": "kl"},
                         "GradDiff": {"forget": "ga", "retain": "nll"}},
                        "name -> method section, each unlearned from θ0; forget_args {tau: auto} uses the calibration")
     calibrate: CalibrateSettings = section(CalibrateSettings(), "the τ/layer sweep behind `tau: auto`")
-    seed: int = _f(0, "seed of the retain/held-out split and the MCQ options")
-    audit: bool = _f(False, "attack every unlearned model afterwards (obliviate audit: relearning, int8/int4, few-shot "
+    seed: int = setting(0, "seed of the retain/held-out split and the MCQ options")
+    audit: bool = setting(False, "attack every unlearned model afterwards (obliviate audit: relearning, int8/int4, few-shot "
                             "and completion prompts, MIA forget vs held-out facts; θ0 = 100%, the unlearned model "
                             "before the attack = 0%)")
-    output_dir: str = _f("obliviate-demo-real", "results directory")
-    overwrite: bool = _f(False, "replace an existing output_dir")
+    output_dir: str = setting("obliviate-demo-real", "results directory")
+    overwrite: bool = setting(False, "replace an existing output_dir")
 
     def __post_init__(self) -> None:
-        _require(self.kind == "knowledge", "kind", self.kind, "knowledge")
-        _require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
-        _require(not {"original"} & set(self.methods), "methods", sorted(self.methods), "named other than 'original'")
+        require(self.kind == "knowledge", "kind", self.kind, "knowledge")
+        require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
+        require(not {"original"} & set(self.methods), "methods", sorted(self.methods), "named other than 'original'")
         self.method_configs({"tau": 2.0, "layers": None})  # every section checked now, with its key in the message
 
     def method_configs(self, auto: dict[str, Any]) -> dict[str, MethodConfig]:
@@ -86,7 +87,7 @@ class KnowledgeDemoConfig:
         for name, raw in self.methods.items():
             raw = dict(raw)
             args = dict(raw.get("forget_args") or {})
-            _require(not isinstance(args.get("tau"), str) or args["tau"] == AUTO, f"methods.{name}.forget_args.tau",
+            require(not isinstance(args.get("tau"), str) or args["tau"] == AUTO, f"methods.{name}.forget_args.tau",
                      args.get("tau"), f"a number > 1 or {AUTO!r} (the calibration's choice)")
             if args.get("tau") == AUTO:
                 raw["forget_args"] = {**args, **auto}
@@ -138,21 +139,6 @@ def _calibration(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> 
                      min_factual=c.min_factual, max_length=cfg.max_length)
 
 
-def _student(model: Any, mc: ModelConfig) -> Any:
-    """A trainable copy of θ0 (full fine-tuning) or θ0 wrapped in fresh LoRA adapters."""
-    from obliviate.modeling.frozen import frozen_copy
-
-    student = frozen_copy(model)
-    if mc.lora.enabled:
-        from obliviate.modeling.lora import apply_lora
-
-        return apply_lora(student, r=mc.lora.r, alpha=mc.lora.alpha, dropout=mc.lora.dropout,
-                          target_modules=list(mc.lora.target_modules) if mc.lora.target_modules else None)
-    for p in student.parameters():
-        p.requires_grad_(True)
-    return student
-
-
 def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
     """The facts to probe; unknown families and bad methods fail here, before the model loads."""
     from obliviate.errors import ConfigError
@@ -172,7 +158,8 @@ def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -
     """Checks of the real-model demo before the model loads (also `obliviate validate`): the output directory,
     the facts and TOFU splits, the forget families, every method, the model source; (the facts, lines for
     `validate`)."""
-    from obliviate.paths import check_model_source, check_output_dir
+    from obliviate.files import check_output_dir
+    from obliviate.modeling.sources import check_model_source
 
     if need_output or cfg.output_dir:
         check_output_dir(cfg.output_dir, cfg.overwrite)
@@ -202,11 +189,12 @@ def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) ->
 def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: MethodConfig,
                           cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """One method from θ0: train a student, evaluate it, analyse its forget answers."""
-    from obliviate.demo import _analysis
+    from obliviate.demos.synthetic import forget_analysis
+    from obliviate.train.student import student_copy
     from obliviate.train.unlearn import unlearn
 
     torch.manual_seed(cfg.seed)
-    student = _student(model, cfg.model)
+    student = student_copy(model, cfg.model)
     forget_rows = split.train_rows("forget")
     res = unlearn(student, tok, forget_rows, split.train_rows("retain"), method, cfg.unlearn, max_length=cfg.max_length)
     student.eval()
@@ -215,7 +203,7 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
                                          max_eval=kc.max_eval, seed=cfg.seed),
            "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
            "seconds_per_step": res.seconds / max(1, len(res.history)),
-           "analysis": _analysis(model, student, tok, forget_rows, method, cfg.max_length)}
+           "analysis": forget_analysis(model, student, tok, forget_rows, method, cfg.max_length)}
     if cfg.audit:
         out["audit"] = _audit(student, model, tok, split, cfg)
     return out
@@ -224,7 +212,7 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
 def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """`obliviate audit` of one unlearned student on the known facts: the forget family as the forget rows, the
     retain facts for the few-shot prompt and the relearning control, the held-out facts as MIA non-members."""
-    from obliviate.audit.config import AuditConfig
+    from obliviate.config.audit import AuditConfig
     from obliviate.audit.core import run_audit
 
     kc = cfg.knowledge
@@ -237,7 +225,7 @@ def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: Knowl
 
 def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
     from obliviate.modeling.load import atomic_dir
-    from obliviate.jsonio import write_json
+    from obliviate.files import write_json
     from obliviate.report.html import write_html
     from obliviate.report.markdown import write_report
 
@@ -250,16 +238,16 @@ def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: Kno
 
 def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
     """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
-    from obliviate.commands import _load
-    from obliviate.demo import _phases
+    from obliviate.train.student import load_model
+    from obliviate.demos.synthetic import phases
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.report.markdown import calibration_table, console_table
 
     t0 = time.perf_counter()
     facts, _ = preflight_knowledge(cfg)
     kc = cfg.knowledge
-    phase = _phases(log)
-    model, tok = _load(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
+    phase = phases(log)
+    model, tok = load_model(dataclasses.replace(cfg.model, lora=LoraSettings()))  # θ0 plain; students get adapters
     model.eval()
     phase(f"loaded {cfg.model.path} ({sum(p.numel() for p in model.parameters()):,} parameters)")
     replies, split = probe_and_split(model, tok, facts, cfg)

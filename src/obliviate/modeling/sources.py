@@ -1,112 +1,20 @@
-"""Checks on the paths a run reads and writes, made before any weights load (no torch import here).
-
-Output directories: where the run will write, whether that is possible, and that replacing it (overwrite)
-cannot delete an input or the directory the user stands in. Model sources: a local directory with a
-config and safetensors weights, a GGUF file or alias, or a hub id (reachable, or cached when offline);
-an absolute or relative path is never taken for a hub id.
+"""Model sources checked before any weights load (no torch import here): a local directory with a config and
+safetensors weights, a GGUF file or alias, or a hub id (reachable, or cached when offline); an absolute or relative
+path is never taken for a hub id. Also what a model's config.json says without loading it (its layer count).
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 from obliviate import hub
 from obliviate.errors import ConfigError, ObliviateError
+from obliviate.modeling import gguf
 
 PICKLE_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt")
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 
-
-def current_umask() -> int:
-    """The process umask (read from /proc where possible: setting it to read it is not thread-safe)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _resolved(path: str | Path) -> Path:
-    return Path(path).expanduser().resolve()
-
-
-def _inside(inner: Path, outer: Path) -> bool:
-    """inner == outer or inner lies below it (both resolved)."""
-    return inner == outer or outer in inner.parents
-
-
-def _existing_ancestor(p: Path) -> Path:
-    """The nearest ancestor of `p` (not p itself) that exists; '.' for a bare relative name."""
-    for parent in p.parents:
-        if parent.exists():
-            return parent
-    return Path(".")
-
-
-def _probe_writable(directory: Path, key: str, path: str | Path) -> None:
-    """Create and remove a temporary directory in `directory`: the one reliable test (root, read-only mounts, /proc)."""
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".obliviate-probe-", dir=directory))
-    except OSError as exc:
-        raise ObliviateError(f"{key} {path}: cannot create directories in {directory} ({exc.strerror or exc}); "
-                             f"choose a writable location for {key}") from None
-
-
-def check_writable_location(path: str | Path, key: str) -> Path:
-    """`path` can be created (or replaced) as a directory: no file above it, and its parent is writable."""
-    p = Path(path).expanduser()
-    above = _existing_ancestor(p)
-    if not above.is_dir():
-        raise ObliviateError(f"{key} {path} lies under {above}, which is a file, not a directory; "
-                             f"choose another {key}")
-    _probe_writable(above, key, path)
-    return p
-
-
-def check_output_dir(path: str | Path, overwrite: bool, inputs: Mapping[str, Any] | None = None,
-                     key: str = "output_dir") -> Path:
-    """Refuse an output directory the run could not write, would clobber, or whose replacement would delete an
-    input (`inputs`: config key -> path the run reads) or the current / home directory."""
-    if not str(path):
-        raise ObliviateError(f"{key} is empty: set {key}=<directory> for the run's results")
-    p, full = Path(path).expanduser(), _resolved(path)
-    for what, place in (("the current directory", Path.cwd().resolve()), ("your home directory", _resolved("~"))):
-        if _inside(place, full):
-            raise ObliviateError(f"{key} {path} is {what} or contains it; a run replaces its output directory as a "
-                                 f"whole, so name a new directory for it, e.g. {key}=runs/my-run")
-    try:
-        taken = p.exists() and (not p.is_dir() or any(p.iterdir()))
-    except OSError as exc:  # e.g. a directory on the way that we may not enter
-        raise ObliviateError(f"{key} {path}: cannot look at it ({exc.strerror or exc}); choose another {key}") from None
-    if taken and not overwrite:
-        raise ObliviateError(f"output directory {p} already exists and is " + ("not empty" if p.is_dir() else "a file")
-                             + "; choose another output_dir or pass overwrite=true to replace it")
-    for name, value in (inputs or {}).items():
-        if value and not str(value).startswith(("hf://",)) and Path(str(value)).expanduser().exists() \
-                and _inside(_resolved(str(value)), full):
-            raise ObliviateError(f"{key} {path} contains {name} {value}, which replacing {key} would delete; "
-                                 f"write the run to another {key}")
-    check_writable_location(p, key)
-    return p
-
-
-def remove_path(p: Path) -> None:
-    """Remove a file, a symlink or a directory tree."""
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
-
-
-# ----------------------------------------------------------------------------- model sources
 
 
 def _weights(d: Path) -> tuple[list[str], list[str]]:
@@ -156,8 +64,6 @@ def _missing(path: str, key: str, what: str = "model directory") -> ObliviateErr
 
 def check_model_source(path: str, key: str = "model.path") -> str:
     """What kind of model source `path` is, after checking everything that needs no weights; an error otherwise."""
-    from obliviate.modeling import gguf
-
     if gguf.is_gguf_source(path):
         gguf.require_gguf_package()
         file = gguf.gguf_file(path)
@@ -201,8 +107,6 @@ def hub_cached_file(repo_id: str, filename: str) -> str | None:
 
 def model_config(path: str) -> dict | None:
     """The model's config.json as a dict when it can be read without loading weights or the network."""
-    from obliviate.modeling import gguf
-
     if gguf.is_gguf_source(path):
         try:
             file = Path(gguf.cached_dir(gguf.gguf_file(path))) / "config.json"

@@ -1,0 +1,6 @@
+"""`python -m obliviate.cli ...`: the `obliviate` command."""
+import sys
+
+from obliviate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""`obliviate calibrate`: sweep the attention temperature and layer sets with the smoothed teacher alone and
+recommend ASU's τ."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from obliviate.cli import configured, runs
+from obliviate.config import CalibrateConfig, to_dict
+from obliviate.preflight import check_layer_sets, preflight_calibrate
+from obliviate.train.student import load_model
+
+HELP = "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    configured.add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = configured.resolve(args)
+    if cfg is not None:
+        configured.quiet_libraries()
+        run_calibrate(cfg)
+    return 0
+
+
+def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+    """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
+    from obliviate.eval.analysis import calibrate, default_layer_sets
+    from obliviate.modeling.load import atomic_dir
+    from obliviate.files import write_json
+    from obliviate.report.markdown import calibration_table
+
+    rows = preflight_calibrate(cfg)
+    model, tok = load_model(cfg.model)
+    n_layers = runs.model_layers(model) or model.config.num_hidden_layers
+    check_layer_sets(cfg.layer_sets, n_layers)
+    layer_sets = cfg.layer_sets if cfg.layer_sets is not None else default_layer_sets(n_layers)
+    res = calibrate(model, tok, rows, [float(t) for t in cfg.taus], layer_sets, functional_budget=cfg.functional_budget,
+                    min_factual=cfg.min_factual, max_length=cfg.max_length)
+    text = calibration_table(res)
+    print(text)
+    if cfg.output_dir:
+        with atomic_dir(cfg.output_dir, cfg.overwrite, {"model.path": cfg.model.path, "source": cfg.source}) as out:
+            write_json(out / "calibration.json", {"config": to_dict(cfg), **res})
+            (out / "calibration.md").write_text(text + "\n", encoding="utf-8")
+    return res

@@ -1,0 +1,53 @@
+"""`obliviate finetune`: train a model (or a freshly built tiny one) on QA data, e.g. the target or the retain model."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from obliviate.cli import configured, runs
+from obliviate.config import FinetuneConfig
+from obliviate.preflight import finetune_inputs, preflight_finetune
+from obliviate.train.student import load_model, saveable
+
+HELP = "train a model on QA data (e.g. the target or the retain model)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    configured.add_config_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = configured.resolve(args)
+    if cfg is not None:
+        configured.quiet_libraries()
+        run_finetune(cfg)
+    return 0
+
+
+def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Fine-tune a model (or a freshly built tiny one) on QA splits and save it with its tokenizer."""
+    from obliviate.modeling.load import atomic_dir, load_tokenizer, save_model
+    from obliviate.train.unlearn import finetune
+
+    inputs = finetune_inputs(cfg)
+    rows, _ = preflight_finetune(cfg)
+    if cfg.model.path == "tiny":
+        from obliviate.modeling.tiny import tiny_llama, train_tokenizer
+
+        if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's (checked in the pre-flight)
+            tok = load_tokenizer(cfg.model.tokenizer)
+        else:
+            texts = rows if cfg.data.format == "text" else [t for r in rows for t in (r.question, r.answer)]
+            tok = train_tokenizer(texts, vocab_size=cfg.tiny.vocab_size)
+        model = tiny_llama(tok, hidden_size=cfg.tiny.hidden_size, num_layers=cfg.tiny.layers,
+                           num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
+    else:
+        model, tok = load_model(cfg.model)
+    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length)
+    if not runs.main_process():
+        return {}
+    with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
+        save_model(out, saveable(model, cfg.model), tok)
+        runs.write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
+    print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
+    return {"history": res.history}

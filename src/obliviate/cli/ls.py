@@ -1,0 +1,70 @@
+"""`obliviate ls`: the forget objectives, retain terms, gradient rules and preset recipes, one line each; and
+every objective's own keys for `--help-config`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+HELP = "list forget objectives, retain terms, gradient rules and presets"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`ls` takes no arguments."""
+
+
+def run(args: argparse.Namespace) -> int:
+    print(list_components())
+    return 0
+
+
+def _preset_line(path: Path) -> str:
+    """A preset's relative path and the first line of its header comment."""
+    first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
+    return f"  {path.relative_to(path.parents[1] if path.parent.name != 'configs' else path.parent)!s:<28} {first.lstrip('# ')}"
+
+
+def list_components() -> str:
+    """One line per forget objective, retain term, gradient rule and preset recipe (no torch import)."""
+    from obliviate.catalogue import builtin
+
+    lines = []
+    for kind, title in (("forget", "forget objectives (method.forget):"), ("retain", "retain terms (method.retain):"),
+                        ("rule", "gradient rules (method.combine.rule):")):
+        lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    presets = sorted(configs.glob("*.yaml")) + sorted(configs.glob("*/*.yaml"))
+    if presets:
+        lines += [f"presets ({configs}):"] + [_preset_line(p) for p in presets]
+    return "\n".join(lines)
+
+
+KEY_HELP = {
+    "tau": "attention temperature of the teacher (> 1 smooths; <= 1 needs method.allow_unusual_tau=true)",
+    "layers": "layers whose attention is smoothed (null: all; negative indices count from the last layer)",
+    "reduction": "token: mean over all tokens of the batch | example: mean per example, then over examples",
+    "beta": "inverse temperature of the loss",
+    "delta": "reward margin",
+    "layer": "decoder layer whose output is steered (0-based)",
+    "steering_coef": "norm c of the steering vector c·u",
+    "seed": "seed of the random steering direction",
+    "trainable_params": "wmdp (mlp.down_proj of the trainable layers) | layers | list of parameter-name regexes",
+    "trainable_layers": "layers trained (null: layer-2..layer)",
+}
+
+
+def objective_keys() -> list[tuple[str, Any, str]]:
+    """(key, default, help) of every registered forget objective's and retain term's own hyper-parameters."""
+    from obliviate.objectives import FORGET, RETAIN
+
+    rows = []
+    for section, reg, what in (("method.forget_args", FORGET, "method.forget"), ("method.retain_args", RETAIN,
+                                                                                 "method.retain")):
+        for name in reg.names():
+            spec = reg.get(name)
+            for key, default in spec.defaults().items():
+                allowed = spec.allowed().get(key)
+                text = KEY_HELP.get(key, "hyper-parameter of the loss") + (f" ({' | '.join(map(str, allowed))})"
+                                                                           if allowed else "")
+                rows.append((f"{section}.{key}", default, f"[{what}={name}] {text}"))
+    return rows

@@ -1,0 +1,84 @@
+"""What the run commands (unlearn, finetune, eval, calibrate) share: the main process, writing a run directory,
+the TOFU evaluation after a run, the evaluation during training, a loaded model's layer count."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from obliviate.config import RunConfig, to_dict
+from obliviate.errors import ConfigError
+from obliviate.modeling.sources import layer_count
+
+
+def main_process() -> bool:
+    """True on the process that evaluates and writes (rank 0; always true without data parallelism)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
+    """obliviate.yaml, metrics.json and report.md (plus continual.md) of a run into `out`."""
+    from obliviate.files import write_json
+    from obliviate.report.markdown import console_table, metrics_markdown, write_report
+
+    (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    write_json(out / "metrics.json", metrics)
+    if metrics.get("continual_table"):
+        (out / "continual.md").write_text("# Continual unlearning\n\n" + metrics["continual_table"] + "\n",
+                                          encoding="utf-8")
+    if metrics.get("eval") and "model_utility" not in metrics["eval"]:  # not TOFU: a plain metric table
+        text = metrics_markdown(metrics["eval"], title=label)
+        (out / "report.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+    elif "eval" in metrics and metrics["eval"]:
+        results = {"runs": {label: {"metrics": metrics["eval"]}}, "questions": metrics.get("questions", []),
+                   "answers": metrics.get("answers", [])}
+        write_report(out / "report.md", results)
+        print(console_table(results))
+
+
+def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
+              splits: dict[str, list] | None = None) -> dict[str, Any]:
+    """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
+    gives forget quality, PrivLeak's retrained reference and the MIA reference model."""
+    from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.modeling.load import load_pretrained
+
+    splits = load_eval_splits(source, cfg) if splits is None else splits
+    retain_tr = retain_model = None
+    if cfg.retain_model:
+        if "forget" not in splits:
+            raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a forget split")
+        retain_model, rtok = load_pretrained(cfg.retain_model)
+        retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
+        if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
+            retain_model = None
+    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model)
+    if cfg.retain_model and retain_model is None:
+        metrics["notes"].append("retain model has another tokenizer: not used as PrivLeak / MIA reference")
+    fr = splits.get("forget", [])
+    return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
+
+
+def monitor(model: Any, tok: Any, source: str, cfg: RunConfig) -> Any:
+    """The evaluation during training of `obliviate unlearn` (eval.every_steps), or None."""
+    ev = cfg.eval
+    if ev.every_steps is None:
+        return None
+    from obliviate.eval.runner import load_eval_splits, quick_tofu
+    from obliviate.eval.score import parse_expr
+    from obliviate.train.monitor import Monitor
+
+    splits = load_eval_splits(ev.source or source, ev)
+    score = parse_expr(ev.keep_best) if ev.keep_best else None
+    return Monitor(ev.every_steps, lambda m: quick_tofu(m, tok, splits, ev.during_rows, ev, cfg.data.max_length),
+                   score=score, maximize=ev.keep_best_direction == "maximize", keep_best=score is not None)
+
+
+def model_layers(model: Any) -> int | None:
+    """Decoder layers of a loaded model (None when its config does not say)."""
+    config = getattr(model, "config", None)
+    return layer_count(config.to_dict()) if hasattr(config, "to_dict") else None

@@ -1,0 +1,49 @@
+"""The model a run trains, per its `model:` section: θ0 loaded from a directory, a GGUF file or a hub id (LoRA
+adapters attached when model.lora.enabled), a trainable copy of a loaded θ0, and the model a run saves."""
+from __future__ import annotations
+
+from typing import Any
+
+from obliviate.config import ModelConfig
+from obliviate.config.fields import need
+from obliviate.modeling.sources import check_tokenizer_source
+
+
+def _with_lora(model: Any, mc: ModelConfig) -> Any:
+    from obliviate.modeling.lora import apply_lora
+
+    return apply_lora(model, r=mc.lora.r, alpha=mc.lora.alpha, dropout=mc.lora.dropout,
+                      target_modules=list(mc.lora.target_modules) if mc.lora.target_modules else None)
+
+
+def load_model(mc: ModelConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) of `mc.path` (and `mc.tokenizer`), with fresh LoRA adapters when mc.lora.enabled."""
+    from obliviate.modeling.load import load_pretrained
+
+    need(mc.path, "model.path", "<model dir or hub id>")
+    if mc.tokenizer:
+        check_tokenizer_source(mc.tokenizer, "model.tokenizer")
+    model, tok = load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
+                                 trust_remote_code=mc.trust_remote_code)
+    return (_with_lora(model, mc) if mc.lora.enabled else model), tok
+
+
+def student_copy(model: Any, mc: ModelConfig) -> Any:
+    """A trainable copy of θ0 (full fine-tuning) or θ0 wrapped in fresh LoRA adapters."""
+    from obliviate.modeling.frozen import frozen_copy
+
+    student = frozen_copy(model)
+    if mc.lora.enabled:
+        return _with_lora(student, mc)
+    for p in student.parameters():
+        p.requires_grad_(True)
+    return student
+
+
+def saveable(model: Any, mc: ModelConfig) -> Any:
+    """What to write: the merged model for LoRA runs (unless merge_on_save is off), else the model."""
+    if mc.lora.enabled and mc.lora.merge_on_save:
+        from obliviate.modeling.lora import merged
+
+        return merged(model)
+    return model
