@@ -35,7 +35,7 @@ class Mutant:
 
 
 T_LOOP = ("tests/train/test_loop_math.py",)
-T_SYN = ("tests/test_synthesis.py",)
+T_SYN = ("tests/test_gradients.py",)
 T_OBJ = ("tests/objectives",)
 T_LOGP = ("tests/modeling/test_logprobs.py", "tests/objectives")
 T_SMOOTH = ("tests/modeling/test_smoothing.py",)
@@ -106,20 +106,20 @@ MUTANTS: list[Mutant] = [
            T_OBJ),
     Mutant("ap: refusal margin sign", "objectives/retain.py", "F.logsigmoid(beta * (policy.logp - refusal.logp))",
            "F.logsigmoid(beta * (refusal.logp - policy.logp))", T_OBJ),
-    # gradient rules (synthesis.py)
-    Mutant("sago: conflict mask inverted", "synthesis.py", "return ((f > 0) & (r < 0)) | ((f < 0) & (r > 0))",
+    # gradient rules (gradients.py)
+    Mutant("sago: conflict mask inverted", "gradients.py", "return ((f > 0) & (r < 0)) | ((f < 0) & (r > 0))",
            "return ((f > 0) & (r > 0)) | ((f < 0) & (r < 0))", T_SYN),
-    Mutant("sago: keeps g_f on conflicts", "synthesis.py",
+    Mutant("sago: keeps g_f on conflicts", "gradients.py",
            "return _map(pairs, lambda i, f, r: _select(masks[i], r, f, alpha, gamma))",
            "return _map(pairs, lambda i, f, r: _select(masks[i], f, r, alpha, gamma))", T_SYN),
-    Mutant("pcgrad: projects when aligned", "synthesis.py", "return [d / (rr + EPS) if d < 0 else 0.0 for d, rr",
+    Mutant("pcgrad: projects when aligned", "gradients.py", "return [d / (rr + EPS) if d < 0 else 0.0 for d, rr",
            "return [d / (rr + EPS) if d > 0 else 0.0 for d, rr", T_SYN),
-    Mutant("pcgrad_global: normalised by g_f", "synthesis.py",
+    Mutant("pcgrad_global: normalised by g_f", "gradients.py",
            "dot, rr = _dots([(fs, rs), (rs, rs)], reduce)", "dot, rr = _dots([(fs, rs), (fs, fs)], reduce)", T_SYN),
-    Mutant("blur: projection sign", "synthesis.py", "gamma * f + alpha * (r - coef * f))",
+    Mutant("blur: projection sign", "gradients.py", "gamma * f + alpha * (r - coef * f))",
            "gamma * f + alpha * (r + coef * f))", T_SYN),
-    Mutant("gru: EMA weight 0.2 on the current g_r", "synthesis.py", "GRU_GAMMA = 0.8", "GRU_GAMMA = 0.2", T_SYN),
-    Mutant("gru: retain gradient added", "synthesis.py", "        return gamma * f\n", "        return gamma * f + alpha * r\n",
+    Mutant("gru: EMA weight 0.2 on the current g_r", "gradients.py", "GRU_GAMMA = 0.8", "GRU_GAMMA = 0.2", T_SYN),
+    Mutant("gru: retain gradient added", "gradients.py", "        return gamma * f\n", "        return gamma * f + alpha * r\n",
            T_SYN),
     # metrics
     Mutant("tofu: retain truth ratio uses the forget formula", "eval/tofu.py",
@@ -149,7 +149,7 @@ MUTANTS: list[Mutant] = [
            "return (0.0 if np.any(nums == 0) else float(hmean(nums))), used",
            "return (0.0 if np.any(nums == 0) else float(np.mean(nums))), used", T_CL),
     # sharded rules and the θ0 cache
-    Mutant("fsdp: pcgrad per shard, not per whole tensor", "synthesis.py",
+    Mutant("fsdp: pcgrad per shard, not per whole tensor", "gradients.py",
            "sums = (reduce(part) if reduce is not None else part).tolist()", "sums = part.tolist()",
            ("tests/train/test_fsdp.py",)),
     Mutant("cache: top-k tail spread uniformly", "modeling/cache.py",

@@ -9,12 +9,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 SOURCES = {"forget": PACKAGE / "objectives" / "forget.py", "retain": PACKAGE / "objectives" / "retain.py",
-           "rule": PACKAGE / "synthesis.py"}
-DECORATORS = {"forget": "forget_objective", "retain": "retain_term", "rule": "register"}
+           "rule": PACKAGE / "gradients.py"}
+DECORATORS = {"forget": "forget_objective", "retain": "retain_term", "rule": "rule"}
 
 
 def _registered_name(call: ast.expr, decorator: str) -> str | None:
-    """'name' of `@forget_objective("name", ...)` / `@RULES.register("name")`, else None."""
+    """'name' of `@forget_objective("name", ...)` / `@rule("name", ...)`, else None."""
     if not isinstance(call, ast.Call) or not call.args or not isinstance(call.args[0], ast.Constant):
         return None
     func = call.func

@@ -59,7 +59,7 @@ def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path: Path
 def test_methods_name_registered_components(path: Path) -> None:
     """Names only: hyper-parameter keys are checked by `obliviate validate` (resolve_method)."""
     from obliviate.objectives import FORGET, RETAIN
-    from obliviate.synthesis import RULES
+    from obliviate.gradients import RULES
 
     method = load_config(RunConfig, path).method
     assert method.forget in FORGET.names()

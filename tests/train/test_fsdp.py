@@ -10,7 +10,7 @@ import pytest
 from helpers import worker
 import torch
 
-from obliviate.synthesis import RuleState, combine, combine_into
+from obliviate.gradients import RuleState, combine, combine_into
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 TOL = {"atol": 1e-9, "rtol": 1e-8}  # float64 models, 3 AdamW steps

@@ -3,7 +3,7 @@ per decoder layer, then at the root, over every launched process; AdamW's state 
 
 Gradients are DTensor shards (dim 0 split across ranks, already averaged by FSDP's reduce-scatter). The gradient
 rules run on the local shards (`local`); their scalar dot products and norms are partial sums that
-`all_reduce_sums` completes, one all-reduce of a float64 vector per rule (synthesis.py's `reduce`). When training
+`all_reduce_sums` completes, one all-reduce of a float64 vector per rule (gradients.py's `reduce`). When training
 ends, `unshard` gathers every parameter in full back to the device the model came from and removes FSDP from the
 modules, so the caller saves and evaluates a plain model on every rank, as after data-parallel training.
 """
@@ -43,7 +43,7 @@ def as_param_grad(p: Tensor, g: Tensor | None) -> Tensor | None:
 
 def all_reduce_sums(sums: Tensor, device: torch.device | str = "cpu") -> Tensor:
     """Σ over ranks of a float64 vector of partial sums (one all-reduce on `device`, the process group's),
-    returned on the CPU; the reducer of sharded gradient rules (synthesis.py's `reduce`)."""
+    returned on the CPU; the reducer of sharded gradient rules (gradients.py's `reduce`)."""
     import torch.distributed as dist
 
     out = sums.to(device, torch.float64, copy=True)

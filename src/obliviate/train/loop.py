@@ -135,7 +135,7 @@ class LossPlan:
     over ranks is the loss on the whole global micro-batch. With rule "sum" and separate=False the
     weighted parts share one fused backward. Otherwise (the SAGO family, docs/METHODS.md §2) the parts
     "forget" and "retain" get their own backward, are accumulated in separate buffers (.grad and
-    ONE extra copy), averaged across ranks, and combined once by `obliviate.synthesis.combine_into`,
+    ONE extra copy), averaged across ranks, and combined once by `obliviate.gradients.combine_into`,
     which writes each combined tensor into .grad as it is produced (per-tensor rules: peak memory
     is .grad + one gradient copy + one tensor; global rules hold one more copy while combining).
     """
@@ -259,7 +259,7 @@ def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: L
 
     Under FSDP each backward reduce-scatters (averages) into the sharded .grad of whichever buffer is swapped
     in, and the rule combines the local shards, summing its scalars over ranks (fsdp.all_reduce_sums)."""
-    from obliviate.synthesis import combine_into
+    from obliviate.gradients import combine_into
     from obliviate.train import fsdp
 
     sharded = fsdp.is_sharded(model)

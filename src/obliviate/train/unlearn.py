@@ -76,12 +76,12 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
     fkw, tkw = f.resolve(m.forget_args)
     r = RETAIN.get(m.retain) if m.retain else None
     rkw = r.resolve(m.retain_args)[0] if r else {}
-    from obliviate.synthesis import RULES
+    from obliviate.gradients import RULES
 
     c = m.combine
-    RULES.get(c.rule)  # unknown rule -> error listing valid rules
-    separate = c.rule != "sum" or bool(c.separate_backward)
-    if c.rule != "sum" and c.separate_backward is False:
+    spec = RULES.get(c.rule)  # unknown rule -> error listing valid rules
+    separate = spec.separate or bool(c.separate_backward)
+    if spec.separate and c.separate_backward is False:
         raise ConfigError(f"method.combine.rule={c.rule} needs separate forget and retain backward passes; "
                           "drop method.combine.separate_backward=false")
     if separate and r is None:
@@ -399,12 +399,12 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         side, idx, step = (fside, micro[0], micro[2][0]) if part == "forget" else (rside, micro[1], micro[2][1])
         return side.weight, side.loss(model, frozen, idx, acc, pad, step)  # type: ignore[union-attr]
 
-    from obliviate.synthesis import RuleState
+    from obliviate.gradients import RULES, RuleState
 
     loss_plan = LossPlan(parts=("forget", "retain") if rm.retain else ("forget",), compute=compute, rule=rm.rule,
                          separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
                          rule_state=RuleState() if rm.separate else None)
-    name = f"unlearn {method.forget}" + (f"+{rm.rule}" if rm.rule != "sum" else "")
+    name = f"unlearn {method.forget}" + (f"+{rm.rule}" if RULES.get(rm.rule).separate else "")
     if monitor is not None and _sharded(model):
         raise ConfigError("evaluation during training (eval.every_steps) is not supported with FSDP: the sharded "
                           "model cannot generate on one rank; drop eval.every_steps or train without fsdp")

@@ -1,4 +1,4 @@
-"""Gradient synthesis: combine the forget gradient g_f and the retain gradient g_r into one update.
+"""Gradient rules: combine the forget gradient g_f and the retain gradient g_r into one update.
 
 SAGO and its baselines (Xiao et al., ACL 2026, arXiv 2604.14808; docs/METHODS.md §2). γ weighs the
 forget task, α the retain task. Every rule takes two equal-length lists of per-parameter tensors
@@ -57,7 +57,41 @@ class RuleState:
 
 
 RuleFn = Callable[..., Grads]
-RULES: Registry[RuleFn] = Registry("gradient rule")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A registered gradient rule and its traits: the one place that decides what a rule needs.
+
+    elementwise: output coordinate j depends on coordinate j of g_f and g_r only (exact on any shard; receives the
+    conflict masks); per_tensor: output i depends on input tensor i only (streamed one tensor at a time);
+    reduces: sums dot products or norms over shards through `reduce`; separate: combines separately computed forget
+    and retain gradients (False only for `sum`, which a fused backward computes exactly); coefficients: the
+    whole-tensor scalars a per-tensor rule needs before streaming (pcgrad), summed over shards in one call;
+    conflict_masks: takes the conflict masks c = (g_f ⊙ g_r < 0), computed once per step for it and the stats."""
+
+    name: str
+    fn: RuleFn
+    elementwise: bool = False
+    per_tensor: bool = False
+    reduces: bool = False
+    separate: bool = True
+    coefficients: Optional[Callable[..., list[float]]] = None
+    conflict_masks: bool = False
+
+    def __call__(self, *args: Any, **kw: Any) -> Grads:
+        return self.fn(*args, **kw)
+
+
+RULES: Registry[RuleSpec] = Registry("gradient rule")
+
+
+def rule(name: str, **traits: Any) -> Callable[[RuleFn], RuleFn]:
+    """Decorator: register `fn` as gradient rule `name` with its traits (see RuleSpec)."""
+    def deco(fn: RuleFn) -> RuleFn:
+        RULES.add(name, RuleSpec(name, fn, **traits))
+        return fn
+    return deco
 PairFn = Callable[[int, Tensor, Tensor], Tensor]  # (index, g_f, g_r) in float64 -> g in float64
 
 
@@ -139,7 +173,7 @@ def _masks(pairs: list[Pair]) -> list[Optional[Tensor]]:
     return [None if p is None else _conflict(*p) for p in pairs]
 
 
-@RULES.register("sum")
+@rule("sum", elementwise=True, per_tensor=True, separate=False)
 def rule_sum(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
              state: Optional[RuleState] = None) -> Grads:
     """g = γ·g_f + α·g_r; lists of [*shape_i] tensors."""
@@ -156,7 +190,7 @@ def _select(mask: Tensor, r: Tensor, f: Tensor, alpha: float, gamma: float) -> T
     return torch.where(mask, r * alpha, f * gamma)
 
 
-@RULES.register("sago")
+@rule("sago", elementwise=True, per_tensor=True, conflict_masks=True)
 def rule_sago(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
               state: Optional[RuleState] = None, masks: Optional[list[Optional[Tensor]]] = None) -> Grads:
     """SAGO: g = α·g_r ⊙ c + γ·g_f ⊙ (1−c), c = (g_f ⊙ g_r < 0); elementwise, shard-local."""
@@ -165,7 +199,7 @@ def rule_sago(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: 
     return _map(pairs, lambda i, f, r: _select(masks[i], r, f, alpha, gamma))
 
 
-@RULES.register("sago_retain")
+@rule("sago_retain", elementwise=True, per_tensor=True, conflict_masks=True)
 def rule_sago_retain(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
                      state: Optional[RuleState] = None, masks: Optional[list[Optional[Tensor]]] = None) -> Grads:
     """SAGO "prefer retain": g = α·g_r + γ·g_f ⊙ (1−c); elementwise, shard-local."""
@@ -192,7 +226,7 @@ def _pcgrad_tensor(f: Tensor, r: Tensor, coef: float, alpha: float, gamma: float
     return gamma * f + alpha * r
 
 
-@RULES.register("pcgrad")
+@rule("pcgrad", per_tensor=True, reduces=True, coefficients=pcgrad_coefs)
 def rule_pcgrad(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
                 state: Optional[RuleState] = None, reduce: Optional[Reducer] = None,
                 coefs: Optional[list[float]] = None) -> Grads:
@@ -203,7 +237,7 @@ def rule_pcgrad(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma
     return _map(pairs, lambda i, f, r: _pcgrad_tensor(f, r, coefs[i], alpha, gamma))
 
 
-@RULES.register("pcgrad_global")
+@rule("pcgrad_global", reduces=True)
 def rule_pcgrad_global(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
                        state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """PCGrad with one dot product and norm over all parameters (over all shards with `reduce`)."""
@@ -214,7 +248,7 @@ def rule_pcgrad_global(forget_grads: Grads, retain_grads: Grads, *, alpha: float
     return _map(pairs, lambda _, f, r: gamma * (f - coef * r) + alpha * r)
 
 
-@RULES.register("blur")
+@rule("blur", reduces=True)
 def rule_blur(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
               state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """BLUR (global): g_r ← g_r − ⟨g_r,g_f⟩/(‖g_f‖²+ε)·g_f ALWAYS, then g = γ·g_f + α·g_r.
@@ -270,7 +304,7 @@ def _need_state(rule: str, state: Optional[RuleState]) -> RuleState:
     return state
 
 
-@RULES.register("gru")
+@rule("gru", reduces=True)
 def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
              state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """GRU as its authors' code (Wang et al. 2025, open-unlearning src/trainer/unlearn/gru.py): g = γ·g_f'.
@@ -297,7 +331,7 @@ def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: f
     return _map(pairs, fn)
 
 
-@RULES.register("gru_ema")
+@rule("gru_ema", reduces=True)
 def rule_gru_ema(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
                  state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
     """obliviate's earlier GRU reading: ema ← 0.8·ema + 0.2·g_r; project g_f off ema; g = γ·g_f' + α·g_r.
@@ -381,19 +415,15 @@ def per_module_stats(names: list[str], forget_grads: Grads, retain_grads: Grads,
             if f is not None or r is not None}
 
 
-SHARD_LOCAL = ("sum", "sago", "sago_retain")  # elementwise: exact on any shard, no reduction
-REDUCING = ("pcgrad", "pcgrad_global", "blur", "gru", "gru_ema")  # take `reduce` for their dot products
-
-
-def _rule_kw(rule: str, reduce: Optional[Reducer]) -> dict[str, Any]:
+def _rule_kw(spec: RuleSpec, reduce: Optional[Reducer]) -> dict[str, Any]:
     """`reduce=` for a rule that sums scalars over shards; an error for a rule that cannot on shards."""
-    name = rule.lower()
-    if reduce is None or name in SHARD_LOCAL:
+    if reduce is None or spec.elementwise:
         return {}
-    if name in REDUCING:
+    if spec.reduces:
         return {"reduce": reduce}
-    raise ValueError(f"gradient rule '{rule}' does not say how to sum its scalars over gradient shards; "
-                     f"sharded training supports {', '.join(SHARD_LOCAL + REDUCING)}")
+    able = [n for n in RULES.names() if RULES.get(n).elementwise or RULES.get(n).reduces]
+    raise ValueError(f"gradient rule '{spec.name}' does not say how to sum its scalars over gradient shards; "
+                     f"sharded training supports {', '.join(able)}")
 
 
 def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
@@ -402,13 +432,13 @@ def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float
     """Apply RULES[rule]; return (combined grads, stats dict with "modules" when names are given).
 
     `reduce`: the lists are this rank's shards; dot products, norms and stats are summed over shards."""
-    fn = RULES.get(rule)
-    rule_kw = _rule_kw(rule, reduce)
+    spec = RULES.get(rule)
+    rule_kw = _rule_kw(spec, reduce)
     if per_module_names is not None:  # check before a stateful rule touches its state
         _check_names(per_module_names, forget_grads, retain_grads)
     masks = _masks(_align(forget_grads, retain_grads))  # computed once: SAGO's mask is stats' conflict count
-    kw = {"masks": masks} if rule.lower() in ("sago", "sago_retain") else {}
-    grads = fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state, **kw, **rule_kw)
+    kw = {"masks": masks} if spec.conflict_masks else {}
+    grads = spec.fn(forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state, **kw, **rule_kw)
     if reduce is None:
         out: dict[str, Any] = dict(stats(forget_grads, retain_grads, grads, masks))
         if per_module_names is not None:
@@ -426,9 +456,6 @@ def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float
     return grads, out
 
 
-PER_TENSOR = ("sum", "sago", "sago_retain", "pcgrad")  # rules whose output i depends on input i only
-
-
 def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Callable[[int, Optional[Tensor]], None],
                  *, alpha: float, gamma: float, state: Optional[RuleState] = None,
                  per_module_names: Optional[list[str]] = None, reduce: Optional[Reducer] = None) -> dict[str, Any]:
@@ -440,18 +467,18 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
     the caller's own buffers and are emptied. Returns the stats dict of `combine`. `reduce`: as `combine`
     (pcgrad then sums all its per-tensor scalars in one call before streaming).
     """
-    if rule.lower() not in PER_TENSOR:
+    spec = RULES.get(rule)
+    if not spec.per_tensor:
         grads, out = combine(rule, forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state,
                              per_module_names=per_module_names, reduce=reduce)
         for i, g in enumerate(grads):
             forget_grads[i] = retain_grads[i] = None
             write(i, g)
         return out
-    fn = RULES.get(rule)
     if per_module_names is not None:
         _check_names(per_module_names, forget_grads, retain_grads)
     pairs = _align(forget_grads, retain_grads)  # validate every pair before anything is written
-    coefs = pcgrad_coefs(pairs, reduce) if rule.lower() == "pcgrad" else None  # whole-tensor scalars, one call
+    coefs = spec.coefficients(pairs, reduce) if spec.coefficients else None  # whole-tensor scalars, one call
     totals = dict.fromkeys(SUMS, 0.0)
     parts: dict[str, dict[str, float]] = {}
     for i in range(len(forget_grads)):
@@ -460,10 +487,10 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
             write(i, None)
             continue
         masks = _masks(_align(f, r))
-        kw: dict[str, Any] = {"masks": masks} if rule.lower().startswith("sago") else {}
+        kw: dict[str, Any] = {"masks": masks} if spec.conflict_masks else {}
         if coefs is not None:
             kw["coefs"] = [coefs[i]]
-        g = fn(f, r, alpha=alpha, gamma=gamma, state=state, **kw)
+        g = spec.fn(f, r, alpha=alpha, gamma=gamma, state=state, **kw)
         part = stat_sums(f, r, g, masks)
         totals = {k: totals[k] + part[k] for k in SUMS}
         if per_module_names is not None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from obliviate.registry import UnknownNameError
-from obliviate.synthesis import RULES, RuleState, combine, per_module_stats, stats
+from obliviate.gradients import RULES, RuleState, combine, per_module_stats, stats
 
 ALL_RULES = ["blur", "gru", "gru_ema", "pcgrad", "pcgrad_global", "sago", "sago_retain", "sum"]
 STATEFUL = ("gru", "gru_ema")
@@ -354,7 +354,7 @@ def test_inputs_not_modified(fr, alpha, gamma):
 
 @pytest.mark.parametrize("rule", ["sum", "sago", "sago_retain", "pcgrad", "pcgrad_global", "blur"])
 def test_combine_into_streams_the_same_result_and_releases_inputs(rule):
-    from obliviate.synthesis import combine, combine_into
+    from obliviate.gradients import combine, combine_into
 
     torch.manual_seed(0)
     f = [torch.randn(3, 4), None, torch.randn(5)]
