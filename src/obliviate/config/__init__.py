@@ -18,6 +18,7 @@ import yaml
 from obliviate.config.audit import AuditConfig
 from obliviate.errors import ConfigError
 from obliviate.config.fields import require, section, setting
+from obliviate.modeling.teacher import check_teacher_args
 from obliviate.strict_yaml import safe_load
 
 
@@ -114,24 +115,6 @@ def check_layer_list(value: Any, key: str) -> None:
                            and all(isinstance(i, int) and not isinstance(i, bool) for i in value))
     require(ok, key, value, "null (every layer) or a non-empty list of layer indices such as [0] or [0, 1] "
                              "(negative indices count from the last layer)")
-
-
-def check_teacher_args(args: Mapping[str, Any], allow_unusual_tau: bool = False) -> None:
-    """ASU's teacher settings as far as the config tells: tau a finite number > 1 (or <= 1 with the opt-in),
-    layers null or a non-empty list of ints. The layer range is checked against the model before training."""
-    if "tau" in args:
-        tau = args["tau"]
-        require(_is_number(tau) and tau > 0, "method.forget_args.tau", tau,
-                 "a finite number > 0 (ASU smooths with tau > 1; the paper uses 2.0-2.8)")
-        if tau == 1 and not allow_unusual_tau:
-            raise ConfigError("method.forget_args.tau=1 makes the teacher identical to the model, so ASU would change "
-                              "nothing; use tau > 1 (e.g. 2.0), or set method.allow_unusual_tau=true to run it anyway")
-        if tau < 1 and not allow_unusual_tau:
-            raise ConfigError(f"method.forget_args.tau={tau!r} < 1 sharpens the teacher's attention instead of "
-                              "smoothing it (ASU needs tau > 1, e.g. 2.0); set method.allow_unusual_tau=true to run "
-                              "it anyway")
-    if "layers" in args:
-        check_layer_list(args["layers"], "method.forget_args.layers")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import torch
 
 from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, build, section, to_dict
 from obliviate.config.fields import require, setting
+from obliviate.modeling.teacher import Teacher
 from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
                                       facts_from_rows, family_table, first_per_family, load_facts, split_known,
                                       unique_questions)
@@ -79,7 +80,7 @@ class KnowledgeDemoConfig:
         require(self.kind == "knowledge", "kind", self.kind, "knowledge")
         require(bool(self.methods), "methods", self.methods, "a non-empty mapping of name -> method section")
         require(not {"original"} & set(self.methods), "methods", sorted(self.methods), "named other than 'original'")
-        self.method_configs({"tau": 2.0, "layers": None})  # every section checked now, with its key in the message
+        self.method_configs(Teacher().as_args())  # every section checked now, with its key in the message
 
     def method_configs(self, auto: dict[str, Any]) -> dict[str, MethodConfig]:
         """The methods as validated MethodConfigs, `tau: auto` replaced by `auto` (τ and layers)."""
@@ -149,7 +150,7 @@ def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
     unknown = sorted(set(cfg.knowledge.forget_families) - set(families))
     if unknown:
         raise ConfigError(f"knowledge.forget_families: unknown families {unknown}; valid: {families}")
-    for method in cfg.method_configs({"tau": 2.0, "layers": None}).values():
+    for method in cfg.method_configs(Teacher().as_args()).values():
         resolve_method(method)  # unknown objectives, rules and hyper-parameters
     return facts
 
@@ -177,13 +178,13 @@ def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) ->
     from obliviate.errors import ObliviateError
 
     if not cfg.needs_calibration():
-        return None, {"tau": 2.0, "layers": None}
+        return None, Teacher().as_args()
     calibration = _calibration(model, tok, rows, cfg)
     best = calibration["recommended"]
     if best is None:
         raise ObliviateError(f"calibration found no admissible tau/layers ({calibration['note']}); "
                              "set a tau instead of auto or widen calibrate.taus")
-    return calibration, {"tau": best["tau"], "layers": best["layers"]}
+    return calibration, Teacher.from_args(best).as_args()
 
 
 def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: MethodConfig,

@@ -139,13 +139,14 @@ def forget_analysis(target: Any, student: Any, tok: Any, rows: list, method: Met
     answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
     from obliviate.eval.analysis import compare_models, entropy_by_layer
     from obliviate.modeling.smoothing import smoothed_teacher
+    from obliviate.modeling.teacher import Teacher
 
     shift = compare_models(target, student, tok, rows, max_length=ml)
     out = {"token_shift": asdict(shift) | {"selectivity": shift.selectivity},
            "attention_entropy": entropy_by_layer(student, tok, rows, max_length=ml)}
     if method.forget == "asu":
-        args = {"tau": 2.0, "layers": None, **method.forget_args}
-        teacher = smoothed_teacher(target, args["tau"], args["layers"])
+        settings = Teacher.from_args(method.forget_args)
+        teacher = smoothed_teacher(target, settings.tau, None if settings.layers is None else list(settings.layers))
         t_shift = compare_models(target, teacher, tok, rows, max_length=ml)
         out["teacher_token_shift"] = asdict(t_shift) | {"selectivity": t_shift.selectivity}
         out["teacher_attention_entropy"] = entropy_by_layer(teacher, tok, rows, max_length=ml)

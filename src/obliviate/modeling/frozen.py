@@ -9,6 +9,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from obliviate.modeling.logprobs import TokenStats, forward_stats
+from obliviate.modeling.teacher import Teacher
 from obliviate.modeling.smoothing import remove_smoothing, smooth_attention
 
 
@@ -25,6 +26,13 @@ def has_adapters(model: torch.nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
+def teacher_of(teacher: Teacher | Mapping[str, Any] | None) -> Teacher | None:
+    """A Teacher from itself or from forget_args-style {"tau", "layers"} (None: no teacher)."""
+    if teacher is None or isinstance(teacher, Teacher):
+        return teacher
+    return Teacher.from_args(teacher)
+
+
 class FrozenModels:
     """θ0 giving reference stats, and teacher stats with attention temperature (docs/METHODS.md §1.1, §7).
 
@@ -33,10 +41,10 @@ class FrozenModels:
     the base weights are frozen), so no copy is made at all.
     """
 
-    def __init__(self, model: torch.nn.Module, teacher: Mapping[str, Any] | None) -> None:
+    def __init__(self, model: torch.nn.Module, teacher: Teacher | Mapping[str, Any] | None) -> None:
         self.shared = has_adapters(model)
         self.model = model if self.shared else frozen_copy(model)
-        self.teacher = dict(teacher) if teacher is not None else None
+        self.teacher = teacher_of(teacher)
 
     @contextmanager
     def _theta0(self) -> Iterator[torch.nn.Module]:
@@ -64,7 +72,7 @@ class FrozenModels:
         if self.teacher is None:
             raise RuntimeError("no teacher configured")
         with self._theta0() as m:
-            smooth_attention(m, self.teacher["tau"], self.teacher.get("layers"))
+            smooth_attention(m, self.teacher.tau, self.teacher.layers)
             try:
                 return forward_stats(m, batch)
             finally:

@@ -27,8 +27,6 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import math
-import numbers
 import operator
 import re
 import sys
@@ -43,6 +41,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import maybe_autocast
 
+from obliviate.modeling.teacher import tau_problem
 from obliviate.errors import ObliviateError
 
 PREFIX = "obliviate_"
@@ -285,9 +284,10 @@ def _resolve_layers(layers: Sequence[int] | None, available: set[int], num_layer
 
 
 def _check_tau(tau: float) -> float:
-    """τ must be a finite number > 0 (τ > 1 smooths, τ = 1 is the stock model, τ < 1 sharpens)."""
-    if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not math.isfinite(tau) or tau <= 0:
-        raise SmoothingValueError(f"tau must be a finite number > 0 (the paper uses 2.0-2.8), got {tau!r}.")
+    """τ must be a finite number > 0 (τ > 1 smooths, τ = 1 is the stock model, τ < 1 sharpens); modeling.teacher."""
+    problem = tau_problem(tau)
+    if problem:
+        raise SmoothingValueError(f"tau must be {problem}, got {tau!r}.")
     return float(tau)
 
 

@@ -16,12 +16,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from obliviate.modeling.logprobs import TokenStats, hidden_at, hidden_mean, masked_token_kl, token_mse
+from obliviate.modeling.teacher import Teacher
 from obliviate.objectives.base import forget_objective
 
 ME_EPS = 1e-12  # the closer-look code's log(p + 1e-12) inside KL(u ‖ p)
 
 
-@forget_objective("asu", needs=("teacher",), loop_params={"tau": 2.0, "layers": None})
+@forget_objective("asu", needs=("teacher",), loop_params=Teacher().as_args())
 def asu(policy: TokenStats, teacher: TokenStats, *, reduction: str = "example") -> Tensor:
     """ASU forget loss (arXiv 2603.01285, §1): mean_x (1/|y|) Σ_t KL(p_θτ ‖ p_θ); stats [B, T-1, V] -> scalar.
 

@@ -16,6 +16,7 @@ from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
+from obliviate.modeling.teacher import Teacher
 from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
@@ -47,8 +48,8 @@ class ResolvedMethod:
 
     @property
     def teacher_kw(self) -> dict[str, Any] | None:
-        """tau / layers of the smoothed teacher, when the forget objective has one."""
-        return self.loop_kw if "teacher" in self.forget.needs else None
+        """tau / layers of the smoothed teacher (modeling.teacher.Teacher's args), when the forget objective has one."""
+        return Teacher.from_args(self.loop_kw).as_args() if "teacher" in self.forget.needs else None
 
     def settings(self) -> dict[str, Any]:
         """The resolved hyper-parameters (defaults filled in) that decide the trajectory: the run's fingerprint."""
