@@ -34,7 +34,8 @@ from scipy.stats import hmean
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
 from obliviate.eval.fluency import token_entropy
-from obliviate.eval.tofu import SPLIT_WHERE, KINDS, METRICS, UTILITY_SPLITS, MetricInfo, SplitResult, evaluate_split
+from obliviate.eval.metrics import MetricInfo, register
+from obliviate.eval.tofu import SPLIT_WHERE, KINDS, METRICS, UTILITY_SPLITS, SplitResult, evaluate_split
 
 DEFAULT_EMBEDDING = "sentence-transformers/paraphrase-MiniLM-L6-v2"
 DEFAULT_NLI = "sileod/deberta-v3-base-tasksource-nli"
@@ -351,4 +352,4 @@ def _build_metrics() -> dict[str, MetricInfo]:
     return {m.name: m for m in infos}
 
 
-CLOSER_LOOK_METRICS: dict[str, MetricInfo] = _build_metrics()
+CLOSER_LOOK_METRICS: dict[str, MetricInfo] = register("closer_look", _build_metrics())

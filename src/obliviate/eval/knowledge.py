@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from obliviate.data.rows import QARow, parse_file
+from obliviate.eval.metrics import MetricInfo, register
 from obliviate.errors import DataError
 
 FAMILY_OF_TOFU = {"world_facts": "tofu_world_facts", "real_authors": "tofu_real_authors"}
@@ -324,8 +325,6 @@ KNOWLEDGE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def knowledge_metric_infos() -> dict[str, Any]:
     """MetricInfo (direction, version, meaning) of the knowledge benchmark's metrics."""
-    from obliviate.eval.tofu import MetricInfo
-
     rows = [("forget_accuracy", False, "share of the forget facts answered correctly (gold or alias in the greedy reply)"),
             ("neighbours_accuracy", True, "known facts about the forget facts' entities, other families (not trained on)"),
             ("retain_accuracy", True, "known facts the retain term trains on"),
@@ -392,3 +391,6 @@ def option_accuracy(model: Any, tokenizer: Any, items: Sequence[Any], rows: Sequ
     pairs = [(it.question, text) for it, row in zip(items, rows) for text in option_sentences(it, row)]
     loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)
     return mcq_acc(loss.argmin(1), [it.answer for it in items])
+
+
+register("knowledge", knowledge_metric_infos())

@@ -23,19 +23,19 @@ from obliviate.data.rows import parse_file
 from obliviate.data.tokenize import Encoded, collate, pad_id
 from obliviate.errors import DataError, ObliviateError
 from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
-from obliviate.eval.tofu import MetricInfo
+from obliviate.eval.metrics import MetricInfo, register
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats
 
 Target = Literal["letter", "text"]
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 CHANCE = 0.25
 
-MCQ_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
+MCQ_METRICS: dict[str, MetricInfo] = register("mcq", {m.name: m for m in (
     MetricInfo("wmdp_bio_accuracy", False, 1, "WMDP-bio 4-way accuracy; unlearning aims at chance (0.25)"),
     MetricInfo("wmdp_cyber_accuracy", False, 1, "WMDP-cyber 4-way accuracy; unlearning aims at chance (0.25)"),
     MetricInfo("wmdp_chem_accuracy", False, 1, "WMDP-chem 4-way accuracy; unlearning aims at chance (0.25)"),
     MetricInfo("mmlu_accuracy", True, 1, "MMLU 4-way accuracy (general ability; should not drop)"),
-)}
+)})
 
 
 @dataclass(frozen=True)

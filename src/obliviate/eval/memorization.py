@@ -24,11 +24,11 @@ import numpy as np
 from obliviate.data.rows import QARow
 from obliviate.eval.mia import (DEFAULT_K, DEFAULT_TOKEN_RULE, Item, TokenScores, keeps_last_token, mia_auc,
                                 min_k_score, token_scores)
-from obliviate.eval.tofu import MetricInfo
+from obliviate.eval.metrics import MetricInfo, register
 
 DEFAULT_AUC_RETRAIN = 0.5
 
-MEMORIZATION_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
+MEMORIZATION_METRICS: dict[str, MetricInfo] = register("memorization", {m.name: m for m in (
     MetricInfo("forget_extraction_strength", False, 2,
                "forget set: mean 1 - k/N, k the shortest gold prefix after which teacher-forced argmax "
                "reproduces the rest of the answer (eval.token_rule: open_unlearning drops the EOS, ES >= 1/N)"),
@@ -43,7 +43,7 @@ MEMORIZATION_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     MetricInfo("privleak_auc", True, 1,
                "MUSE orientation: P(Min-K% score forget > holdout); ~0 = forget set exposed, ~0.5 = like a "
                "retrained model"),
-)}
+)})
 
 
 # ---------------------------------------------------------------- pure functions on arrays

@@ -42,7 +42,7 @@ from obliviate.data.rows import QARow
 from obliviate.data.text import document_ids
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
-from obliviate.eval.tofu import MetricInfo
+from obliviate.eval.metrics import MetricInfo, register
 from obliviate.modeling.logprobs import IGNORE_INDEX, TokenStats, forward_stats
 
 Item = Union[str, tuple[str, str]]
@@ -60,7 +60,7 @@ def _auc_info(attack: str, what: str, version: int = 1) -> MetricInfo:
                       f"{what}; AUC = P(score_nonmember > score_member) (0.5 = cannot tell; 1 = members exposed)")
 
 
-MIA_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
+MIA_METRICS: dict[str, MetricInfo] = register("mia", {m.name: m for m in (
     _auc_info("loss", "LOSS attack, score avg_loss (every answer token)"),
     _auc_info("zlib", "zlib attack, score avg_loss / zlib-compressed bytes of the text"),
     _auc_info("min_k", "Min-K% attack (Shi et al. 2024), score -mean of the lowest k share of token log-probs "
@@ -68,7 +68,7 @@ MIA_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     _auc_info("min_k_plus_plus", "Min-K%++ attack (Zhang et al. 2024), Min-K% on standardised log-probs "
               "(eval.token_rule: open_unlearning drops the answer's EOS)", 2),
     _auc_info("reference", "reference attack, score avg_loss - reference model's avg_loss; absent without one"),
-)}
+)})
 
 
 # ---------------------------------------------------------------- pure functions on arrays

@@ -39,16 +39,16 @@ from obliviate.errors import DataError
 from obliviate.eval.generate import greedy_ids
 from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
 from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
-from obliviate.eval.tofu import MetricInfo
+from obliviate.eval.metrics import MetricInfo, register
 
-MUSE_METRICS: dict[str, MetricInfo] = {m.name: m for m in (
+MUSE_METRICS: dict[str, MetricInfo] = register("muse", {m.name: m for m in (
     MetricInfo("verbmem_forget", False, 1, "mean ROUGE-L F1, greedy continuation of forget passages vs the true one"),
     MetricInfo("knowmem_forget", False, 1, "mean ROUGE-L F1, few-shot greedy answers to forget-set QA"),
     MetricInfo("knowmem_retain", True, 1, "mean ROUGE-L F1, few-shot greedy answers to retain-set QA"),
     MetricInfo("privleak", False, 1, "SIGNED (AUC - AUC_retrain) / AUC_retrain x 100, Min-K% forget vs holdout;"
                " ideal 0, < 0 still leaks (target ~ -100), > 0 over-unlearned; flag moot: rank by privleak_abs"),
     MetricInfo("privleak_abs", False, 1, "|privleak|: distance from the retrained model's leakage"),
-)}
+)})
 # Metrics whose best value is 0 rather than an extreme; higher_is_better cannot say that.
 CLOSER_TO_ZERO: frozenset[str] = frozenset({"privleak"})
 # MUSE's released AUC_RETRAIN["forget_holdout_Min-40%"] of its retrained Llama-2-7B models: valid only

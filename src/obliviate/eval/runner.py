@@ -96,12 +96,9 @@ def quick_tofu(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], rows:
 
 def tofu_metric_names() -> set[str]:
     """Every metric a TOFU evaluation can report (the names objectives and keep-best scores may read)."""
-    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
-    from obliviate.eval.memorization import MEMORIZATION_METRICS
-    from obliviate.eval.mia import MIA_METRICS
-    from obliviate.eval.tofu import METRICS
+    from obliviate.eval.metrics import metric_infos
 
-    return set(METRICS) | set(MEMORIZATION_METRICS) | set(MIA_METRICS) | set(CLOSER_LOOK_METRICS) | {
+    return set(metric_infos("tofu", "memorization", "mia", "closer_look")) | {
         "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
 
 

@@ -24,7 +24,8 @@ import numpy as np
 from obliviate.data.rows import read_records, split_file
 from obliviate.errors import DataError
 from obliviate.eval.generate import generate_answers
-from obliviate.eval.tofu import MetricInfo, rouge_recall
+from obliviate.eval.metrics import MetricInfo, register
+from obliviate.eval.tofu import rouge_recall
 
 HUB_ID = "jinzhuoran/RWKU"
 FORGET_LEVELS: tuple[str, ...] = ("forget_level1", "forget_level2", "forget_level3")
@@ -47,7 +48,7 @@ def _build_metrics() -> dict[str, MetricInfo]:
     return {m.name: m for m in infos}
 
 
-RWKU_METRICS: dict[str, MetricInfo] = _build_metrics()
+RWKU_METRICS: dict[str, MetricInfo] = register("rwku", _build_metrics())
 
 
 @dataclass(frozen=True)

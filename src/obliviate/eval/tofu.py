@@ -17,6 +17,7 @@ from scipy.stats import hmean, ks_2samp
 
 from obliviate.data.rows import QARow
 from obliviate.eval.fluency import fluency_summary
+from obliviate.eval.metrics import MetricInfo, register
 from obliviate.eval.generate import batched_avg_loss, generate_answers
 
 Kind = Literal["forget", "retain", "real_authors", "world_facts"]
@@ -24,16 +25,6 @@ KINDS: tuple[str, ...] = ("forget", "retain", "real_authors", "world_facts")
 UTILITY_SPLITS: tuple[str, ...] = ("retain", "real_authors", "world_facts")
 UTILITY_PARTS: tuple[str, ...] = ("prob", "rougeL_recall", "truth_ratio")
 UTILITY_KEYS: tuple[str, ...] = tuple(f"{s}_{p}" for s in UTILITY_SPLITS for p in UTILITY_PARTS)
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """What a reported number means and which direction is good (lm-evaluation-harness habit)."""
-
-    name: str
-    higher_is_better: bool
-    version: int
-    description: str
 
 
 SPLIT_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
@@ -64,7 +55,7 @@ def _build_metrics() -> dict[str, MetricInfo]:
     return {m.name: m for m in infos}
 
 
-METRICS: dict[str, MetricInfo] = _build_metrics()
+METRICS: dict[str, MetricInfo] = register("tofu", _build_metrics())
 
 
 def truth_ratio(correct_loss: np.ndarray, perturbed_loss: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from obliviate.eval.metrics import metric_infos
+
 # (metric key, column title); the arrow says which direction is better
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("forget_quality", "forget quality ↑"),
@@ -140,21 +142,6 @@ def calibration_table(res: Mapping[str, Any]) -> str:
     else:
         lines.append(f"No recommendation: {res['note']}")
     return "\n".join(lines)
-
-
-def metric_infos() -> dict[str, Any]:
-    """Every metric's MetricInfo (direction, version, description) across the evaluation modules."""
-    from obliviate.eval.closer_look import CLOSER_LOOK_METRICS
-    from obliviate.eval.mcq import MCQ_METRICS
-    from obliviate.eval.memorization import MEMORIZATION_METRICS
-    from obliviate.eval.mia import MIA_METRICS
-    from obliviate.eval.muse import MUSE_METRICS
-    from obliviate.eval.rwku import RWKU_METRICS
-    from obliviate.eval.knowledge import knowledge_metric_infos
-    from obliviate.eval.tofu import METRICS
-
-    return {**METRICS, **knowledge_metric_infos(), **MEMORIZATION_METRICS, **MIA_METRICS, **CLOSER_LOOK_METRICS, **MUSE_METRICS,
-            **MCQ_METRICS, **RWKU_METRICS}
 
 
 def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:

@@ -1,0 +1,48 @@
+"""The home of every reported metric's meaning: MetricInfo (direction, version, description), declared where the
+metric is computed (`register(benchmark, table)` in that module) and gathered through one registry.
+
+`metric_infos()` loads the declaring modules named in DECLARING (the one list to extend with a new benchmark), then
+returns their tables merged in that order; the report, the sweep and the keep-best score read metrics only here.
+No other obliviate module is imported at the top of this one.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a reported number means and which direction is good (lm-evaluation-harness habit)."""
+
+    name: str
+    higher_is_better: bool
+    version: int
+    description: str
+
+
+DECLARING = ("tofu", "knowledge", "memorization", "mia", "closer_look", "muse", "mcq", "rwku")
+_TABLES: dict[str, dict[str, MetricInfo]] = {}
+
+
+def register(benchmark: str, table: Mapping[str, MetricInfo]) -> dict[str, MetricInfo]:
+    """Declare `benchmark`'s metrics (name -> MetricInfo); returns the table. A benchmark is declared once."""
+    if benchmark in _TABLES and _TABLES[benchmark] != dict(table):
+        raise ValueError(f"metrics of {benchmark!r} are already declared differently")
+    _TABLES[benchmark] = dict(table)
+    return _TABLES[benchmark]
+
+
+def metric_infos(*benchmarks: str) -> dict[str, MetricInfo]:
+    """Every declared metric (or only those of `benchmarks`), merged in DECLARING order."""
+    for module in DECLARING:
+        importlib.import_module(f"obliviate.eval.{module}")
+    unknown = sorted(set(benchmarks) - set(_TABLES))
+    if unknown:
+        raise KeyError(f"no metrics declared for {unknown}; declared: {', '.join(sorted(_TABLES))}")
+    out: dict[str, MetricInfo] = {}
+    for name in DECLARING:
+        if not benchmarks or name in benchmarks:
+            out.update(_TABLES.get(name, {}))
+    return out
