@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from obliviate.config.audit import AuditConfig
 from obliviate.audit.verdict import AttackRow, mark_headlines, recovered_share, share_text
+from obliviate.config.audit import AuditConfig
 from obliviate.errors import ConfigError
 
 ML = 48  # max tokens of the tiny cases

@@ -5,8 +5,8 @@ import sys
 
 def test_static_catalogue_equals_the_registries():
     from obliviate.catalogue import builtin
-    from obliviate.objectives import FORGET, RETAIN
     from obliviate.gradients import RULES
+    from obliviate.objectives import FORGET, RETAIN
 
     def first_line(fn):
         doc = (fn.__doc__ or "").strip().splitlines()

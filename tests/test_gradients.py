@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from obliviate.registry import UnknownNameError
 from obliviate.gradients import RULES, RuleState, combine, per_module_stats, stats
+from obliviate.registry import UnknownNameError
 
 ALL_RULES = ["blur", "gru", "gru_ema", "pcgrad", "pcgrad_global", "sago", "sago_retain", "sum"]
 STATEFUL = ("gru", "gru_ema")

@@ -10,8 +10,16 @@ import pytest
 import torch
 
 from obliviate.cli import main
-from obliviate.receipt import (attach_audit, dir_hashes, model_hashes, row_digest, safetensors_hashes, torch_tensor_hash,
-                               verify, weights_digest)
+from obliviate.receipt import (
+    attach_audit,
+    dir_hashes,
+    model_hashes,
+    row_digest,
+    safetensors_hashes,
+    torch_tensor_hash,
+    verify,
+    weights_digest,
+)
 
 RUN = ["--config", "configs/tofu/graddiff.yaml", "data.forget_split=forget01", "data.retain_split=retain99",
        "data.max_length=128", "train.max_steps=1", "train.grad_accum=1", "train.progress=false", "eval.enabled=false"]

@@ -12,12 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
-from obliviate.errors import ConfigError, DataError
 from obliviate.config.fields import need
 from obliviate.data.splits import load_data
+from obliviate.errors import ConfigError, DataError
 from obliviate.files import check_output_dir, check_writable_location
-from obliviate.modeling.sources import (check_layer_indices, check_model_source, check_optional_model,
-                                        check_tokenizer_source, layer_count, model_config)
+from obliviate.modeling.sources import (
+    check_layer_indices,
+    check_model_source,
+    check_optional_model,
+    check_tokenizer_source,
+    layer_count,
+    model_config,
+)
 
 
 def input_paths(cfg: RunConfig) -> dict[str, Any]:

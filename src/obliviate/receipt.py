@@ -413,8 +413,8 @@ def _compare_side(side: str, record: Mapping[str, Any], rows: Sequence[Any], dig
 
 def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> list[Difference]:
     """Re-encode the receipt's forget and retain splits from `source` with the model's tokenizer and compare."""
-    from obliviate.modeling.load import load_tokenizer
     from obliviate.data.splits import load_data
+    from obliviate.modeling.load import load_tokenizer
 
     try:
         data, cfg_data = receipt["data"], receipt["config"]["data"]

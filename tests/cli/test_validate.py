@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from obliviate.cli import parser, main
-from obliviate.cli.configured import config_class, command_class
+from obliviate.cli import main, parser
+from obliviate.cli.configured import command_class, config_class
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"

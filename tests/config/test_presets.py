@@ -49,7 +49,7 @@ def test_every_yaml_loads(path: Path) -> None:
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path: Path) -> None:
     from obliviate.cli import parser
-    from obliviate.cli.configured import config_class, command_class
+    from obliviate.cli.configured import command_class, config_class
 
     ns = parser().parse_args(["validate", "--config", str(path)])
     assert command_class(ns) is config_class(_command(path), str(path))
@@ -58,8 +58,8 @@ def test_validate_reads_every_shipped_config_as_the_command_it_is_for(path: Path
 @pytest.mark.parametrize("path", UNLEARN, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_methods_name_registered_components(path: Path) -> None:
     """Names only: hyper-parameter keys are checked by `obliviate validate` (resolve_method)."""
-    from obliviate.objectives import FORGET, RETAIN
     from obliviate.gradients import RULES
+    from obliviate.objectives import FORGET, RETAIN
 
     method = load_config(RunConfig, path).method
     assert method.forget in FORGET.names()

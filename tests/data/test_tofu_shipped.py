@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from obliviate.data.rows import builtin_dir, load_split, resolve_source
 from obliviate.errors import DataError

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from obliviate.config import load_config
-from obliviate.errors import ObliviateError
 from obliviate.demos.knowledge import KnowledgeDemoConfig, run_knowledge_demo
+from obliviate.errors import ObliviateError
 
 
 def _cfg(model_dir, facts_file, out, **over):

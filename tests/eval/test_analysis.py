@@ -3,8 +3,18 @@ import numpy as np
 import pytest
 
 from obliviate.data.rows import QARow
-from obliviate.eval.analysis import (FACTUAL, FUNCTIONAL, OTHER, ClassShift, answer_token_classes, calibrate,
-                                     class_shift, default_layer_sets, heuristic_spans, recommend)
+from obliviate.eval.analysis import (
+    FACTUAL,
+    FUNCTIONAL,
+    OTHER,
+    ClassShift,
+    answer_token_classes,
+    calibrate,
+    class_shift,
+    default_layer_sets,
+    heuristic_spans,
+    recommend,
+)
 
 
 def test_heuristic_spans_pick_numbers_quotes_and_mid_sentence_capitals():

@@ -6,8 +6,14 @@ import pytest
 import torch
 
 from obliviate.data.tokenize import answer_ids, collate, encode_qa, pad_id, prompt_ids
-from obliviate.eval.generate import (answer_budgets, batched_avg_loss, cap_rows, decode_continuations,
-                                     generate_answers, length_order)
+from obliviate.eval.generate import (
+    answer_budgets,
+    batched_avg_loss,
+    cap_rows,
+    decode_continuations,
+    generate_answers,
+    length_order,
+)
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 

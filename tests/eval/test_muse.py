@@ -8,15 +8,27 @@ import numpy as np
 import pytest
 import torch
 
+from obliviate.config import MuseEvalConfig
 from obliviate.data.rows import QARow
 from obliviate.data.text import chunk_texts, document_ids, load_texts
 from obliviate.data.tokenize import collate, pad_id
 from obliviate.errors import DataError
-from obliviate.config import MuseEvalConfig
-from obliviate.eval.muse import (MUSE_METRICS, MuseData, VerbMemItem, cut_answer, evaluate_muse, fewshot_prompt,
-                                 fit_prompt, greedy_continuations, load_muse, muse_min_k_auc, privleak, rouge_l_f1)
-from obliviate.eval.runner import evaluate_muse_run
 from obliviate.eval.memorization import privleak_auc as muse_auc
+from obliviate.eval.muse import (
+    MUSE_METRICS,
+    MuseData,
+    VerbMemItem,
+    cut_answer,
+    evaluate_muse,
+    fewshot_prompt,
+    fit_prompt,
+    greedy_continuations,
+    load_muse,
+    muse_min_k_auc,
+    privleak,
+    rouge_l_f1,
+)
+from obliviate.eval.runner import evaluate_muse_run
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 

@@ -18,9 +18,8 @@ from obliviate.modeling import gguf as G
 from obliviate.modeling.load import load_pretrained
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gguf_writer import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
-
 import gguf  # noqa: E402,F401  (a dependency: reads .gguf files)
+from gguf_writer import CHAT_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 
 @pytest.fixture(scope="module")

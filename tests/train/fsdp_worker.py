@@ -71,7 +71,6 @@ def run_resume(out: Path, per_device_batch: int, ckdir: str, stop_after: int) ->
     """ASU_KL + pcgrad with the θ0 cache (teacher and reference) and a checkpoint every step; stop after `stop_after` steps (0: run all 4)
     as Ctrl-C would, or finish and write the parameters (rank 0)."""
     from accelerate import Accelerator
-
     from helpers import interrupt_after
 
     torch.set_num_threads(1)

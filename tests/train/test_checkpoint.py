@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import interrupt_after, worker
 
 from obliviate.config import MethodConfig, TrainConfig
 from obliviate.errors import CheckpointMismatchError, ConfigError
 from obliviate.train import checkpoint, loop
 from obliviate.train.fingerprint import differences
 from obliviate.train.unlearn import unlearn
-
-from helpers import interrupt_after, worker
 
 WORKER = Path(__file__).with_name("kill_worker.py")
 kill_worker = worker("kill_worker")

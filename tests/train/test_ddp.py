@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import worker
 import torch
+from helpers import worker
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 

@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import worker
 import torch
+from helpers import worker
 
 from obliviate.gradients import RuleState, combine, combine_into
 
@@ -78,7 +78,8 @@ def test_rules_on_two_shards_equal_whole(rule, streamed):
     matching slice of the whole one, and the stats agree (two chained steps for the stateful gru)."""
     f = [torch.tensor([[1.0, -2.0], [3.0, 0.5], [-1.0, 2.0]], dtype=torch.float64), torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)]
     r = [torch.tensor([[-1.0, 1.0], [2.0, -0.5], [1.0, 1.0]], dtype=torch.float64), torch.tensor([1.0, 1.0, -3.0], dtype=torch.float64)]
-    cut = lambda ts, k: [t[:2] if k == 0 else t[2:] for t in ts]  # torch.chunk(3, 2): 2 + 1 rows
+    def cut(ts, k):
+        return [t[:2] if k == 0 else t[2:] for t in ts]  # torch.chunk(3, 2): 2 + 1 rows
 
     def run(grads_f, grads_r, reduce, state):
         outs, stats = [], []

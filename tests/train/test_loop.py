@@ -3,13 +3,12 @@ import copy
 
 import pytest
 import torch
+from helpers import interrupt_after
 
 from obliviate.config import CombineConfig, MethodConfig, TrainConfig
 from obliviate.errors import ObliviateError
 from obliviate.modeling.load import atomic_dir
 from obliviate.train.unlearn import finetune, unlearn
-
-from helpers import interrupt_after
 
 
 def _cfg(**kw):

@@ -12,9 +12,9 @@ import torch
 
 from obliviate.config import CombineConfig, MethodConfig, TrainConfig
 from obliviate.data.tokenize import collate, pad_id
+from obliviate.gradients import RuleState, combine
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.objectives import FORGET, RETAIN
-from obliviate.gradients import RuleState, combine
 from obliviate.train import unlearn as unlearn_mod
 from obliviate.train.unlearn import encode_rows, unlearn
 

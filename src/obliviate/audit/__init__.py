@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from obliviate.config.audit import ATTACKS, AuditConfig
 from obliviate.audit.verdict import AttackRow, recovered_share
+from obliviate.config.audit import ATTACKS, AuditConfig
 
 __all__ = ["ATTACKS", "AttackRow", "AuditConfig", "AuditResult", "audit_from_config", "recovered_share", "run_audit"]
 

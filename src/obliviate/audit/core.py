@@ -10,7 +10,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from obliviate.config.audit import AuditConfig
 from obliviate.audit.probes import (
     Probe,
     answer_probs,
@@ -25,6 +24,7 @@ from obliviate.audit.probes import (
     paraphrase_probe,
 )
 from obliviate.audit.verdict import AttackRow, console_verdict, mark_headlines, recovered_share
+from obliviate.config.audit import AuditConfig
 from obliviate.data.rows import QARow
 from obliviate.progress import track
 

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
     from obliviate.eval.analysis import calibrate, default_layer_sets
-    from obliviate.modeling.load import atomic_dir
     from obliviate.files import write_json
+    from obliviate.modeling.load import atomic_dir
     from obliviate.report.markdown import calibration_table
 
     rows = preflight_calibrate(cfg)

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from obliviate.config.audit import AuditConfig
-from obliviate.errors import ConfigError
 from obliviate.config.fields import require, section, setting
+from obliviate.errors import ConfigError
 from obliviate.modeling.teacher import check_teacher_args
 from obliviate.strict_yaml import safe_load
 

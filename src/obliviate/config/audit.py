@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from obliviate.config.fields import require, setting
 
-
 ATTACKS: tuple[str, ...] = ("relearn", "quantize", "paraphrase", "mia")
 PROBES: tuple[str, ...] = ("paraphrased_question", "few_shot", "completion")
 BITS: tuple[int, ...] = (8, 4)

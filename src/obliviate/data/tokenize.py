@@ -96,9 +96,13 @@ def collate(examples: Sequence[Encoded], pad: int, left: bool = False) -> dict[s
         n = width - len(e.input_ids)
         fill_ids, fill_att, fill_lab = [pad] * n, [0] * n, [IGNORE_INDEX] * n
         if left:
-            ids.append(fill_ids + e.input_ids); att.append(fill_att + [1] * len(e.input_ids)); lab.append(fill_lab + e.labels)
+            ids.append(fill_ids + e.input_ids)
+            att.append(fill_att + [1] * len(e.input_ids))
+            lab.append(fill_lab + e.labels)
         else:
-            ids.append(e.input_ids + fill_ids); att.append([1] * len(e.input_ids) + fill_att); lab.append(e.labels + fill_lab)
+            ids.append(e.input_ids + fill_ids)
+            att.append([1] * len(e.input_ids) + fill_att)
+            lab.append(e.labels + fill_lab)
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(att), "labels": torch.tensor(lab)}
 
 

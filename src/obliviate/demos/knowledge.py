@@ -19,10 +19,20 @@ import torch
 
 from obliviate.config import LoraSettings, MethodConfig, ModelConfig, TrainConfig, build, section, to_dict
 from obliviate.config.fields import require, setting
+from obliviate.eval.knowledge import (
+    FAMILY_OF_TOFU,
+    KNOWLEDGE_COLUMNS,
+    Fact,
+    KnowledgeSplit,
+    evaluate_knowledge,
+    facts_from_rows,
+    family_table,
+    first_per_family,
+    load_facts,
+    split_known,
+    unique_questions,
+)
 from obliviate.modeling.teacher import Teacher
-from obliviate.eval.knowledge import (FAMILY_OF_TOFU, KNOWLEDGE_COLUMNS, Fact, KnowledgeSplit, evaluate_knowledge,
-                                      facts_from_rows, family_table, first_per_family, load_facts, split_known,
-                                      unique_questions)
 
 AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration sweep
 
@@ -213,8 +223,8 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
 def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """`obliviate audit` of one unlearned student on the known facts: the forget family as the forget rows, the
     retain facts for the few-shot prompt and the relearning control, the held-out facts as MIA non-members."""
-    from obliviate.config.audit import AuditConfig
     from obliviate.audit.core import run_audit
+    from obliviate.config.audit import AuditConfig
 
     kc = cfg.knowledge
     acfg = AuditConfig(max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size, max_length=cfg.max_length,
@@ -225,8 +235,8 @@ def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: Knowl
 
 
 def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
-    from obliviate.modeling.load import atomic_dir
     from obliviate.files import write_json
+    from obliviate.modeling.load import atomic_dir
     from obliviate.report.html import write_html
     from obliviate.report.markdown import write_report
 
@@ -239,10 +249,10 @@ def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: Kno
 
 def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
     """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
-    from obliviate.train.student import load_model
     from obliviate.demos.synthetic import phases
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.report.markdown import calibration_table, console_table
+    from obliviate.train.student import load_model
 
     t0 = time.perf_counter()
     facts, _ = preflight_knowledge(cfg)

@@ -156,9 +156,9 @@ def forget_analysis(target: Any, student: Any, tok: Any, rows: list, method: Met
 def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Path, p: int, out: Path,
            log: Any) -> dict[str, Any]:
     """`obliviate audit` of one unlearned model on the world (target = 100%, retain model = 0%); reports in `out`."""
-    from obliviate.config.audit import AuditConfig
     from obliviate.audit.core import run_audit
     from obliviate.audit.run import load_audit_data, write_audit
+    from obliviate.config.audit import AuditConfig
 
     cfg = AuditConfig(data=str(world_dir), forget_split=f"forget{p:02d}")
     forget, retain, holdout, notes = load_audit_data(cfg)
@@ -303,9 +303,9 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     from obliviate.data.synthetic import make_world, write_world
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.files import write_json
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.load import atomic_dir, save_model
-    from obliviate.files import write_json
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report
     from obliviate.train.unlearn import unlearn

@@ -35,7 +35,7 @@ from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
 from obliviate.eval.fluency import token_entropy
 from obliviate.eval.metrics import MetricInfo, register
-from obliviate.eval.tofu import SPLIT_WHERE, KINDS, METRICS, UTILITY_SPLITS, SplitResult, evaluate_split
+from obliviate.eval.tofu import KINDS, METRICS, SPLIT_WHERE, UTILITY_SPLITS, SplitResult, evaluate_split
 
 DEFAULT_EMBEDDING = "sentence-transformers/paraphrase-MiniLM-L6-v2"
 DEFAULT_NLI = "sileod/deberta-v3-base-tasksource-nli"

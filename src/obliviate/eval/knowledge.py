@@ -30,8 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from obliviate.data.rows import QARow, parse_file
-from obliviate.eval.metrics import MetricInfo, register
 from obliviate.errors import DataError
+from obliviate.eval.metrics import MetricInfo, register
 
 FAMILY_OF_TOFU = {"world_facts": "tofu_world_facts", "real_authors": "tofu_real_authors"}
 

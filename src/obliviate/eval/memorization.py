@@ -22,9 +22,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from obliviate.data.rows import QARow
-from obliviate.eval.mia import (DEFAULT_K, DEFAULT_TOKEN_RULE, Item, TokenScores, keeps_last_token, mia_auc,
-                                min_k_score, token_scores)
 from obliviate.eval.metrics import MetricInfo, register
+from obliviate.eval.mia import (
+    DEFAULT_K,
+    DEFAULT_TOKEN_RULE,
+    Item,
+    TokenScores,
+    keeps_last_token,
+    mia_auc,
+    min_k_score,
+    token_scores,
+)
 
 DEFAULT_AUC_RETRAIN = 0.5
 

@@ -295,7 +295,7 @@ def attack_scores(ts: TokenScores, *, k: float = DEFAULT_K,
                   reference_loss: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Scores of each attack from one TokenScores ([N] each); 'reference' only with reference losses."""
     out = {"loss": ts.avg_loss.copy(),
-           "zlib": np.array([zlib_score(l, t) for l, t in zip(ts.avg_loss, ts.texts)]),
+           "zlib": np.array([zlib_score(loss, t) for loss, t in zip(ts.avg_loss, ts.texts)]),
            "min_k": np.array([min_k_score(lp, k) for lp in ts.logp])}
     if ts.mu is not None and ts.sigma is not None:
         out["min_k_plus_plus"] = np.array([min_k_plus_plus_score(lp, m, s, k)

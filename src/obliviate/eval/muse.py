@@ -38,8 +38,8 @@ from obliviate.data.text import document_ids, is_blank_document, is_hub_id, text
 from obliviate.errors import DataError
 from obliviate.eval.generate import greedy_ids
 from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
-from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
 from obliviate.eval.metrics import MetricInfo, register
+from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
 
 MUSE_METRICS: dict[str, MetricInfo] = register("muse", {m.name: m for m in (
     MetricInfo("verbmem_forget", False, 1, "mean ROUGE-L F1, greedy continuation of forget passages vs the true one"),

@@ -10,7 +10,7 @@ import numpy as np
 from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig
 from obliviate.data.rows import QARow, load_split
 from obliviate.errors import DataError
-from obliviate.eval.tofu import SplitResult, correct_answers, perturbed_count, split_losses, evaluate_tofu, truth_ratio
+from obliviate.eval.tofu import SplitResult, correct_answers, evaluate_tofu, perturbed_count, split_losses, truth_ratio
 
 SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}

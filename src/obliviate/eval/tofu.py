@@ -17,8 +17,8 @@ from scipy.stats import hmean, ks_2samp
 
 from obliviate.data.rows import QARow
 from obliviate.eval.fluency import fluency_summary
-from obliviate.eval.metrics import MetricInfo, register
 from obliviate.eval.generate import batched_avg_loss, generate_answers
+from obliviate.eval.metrics import MetricInfo, register
 
 Kind = Literal["forget", "retain", "real_authors", "world_facts"]
 KINDS: tuple[str, ...] = ("forget", "retain", "real_authors", "world_facts")

@@ -9,8 +9,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from obliviate.modeling.logprobs import TokenStats, forward_stats
-from obliviate.modeling.teacher import Teacher
 from obliviate.modeling.smoothing import remove_smoothing, smooth_attention
+from obliviate.modeling.teacher import Teacher
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

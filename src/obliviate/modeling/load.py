@@ -12,8 +12,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from obliviate import files
-from obliviate.modeling import sources
 from obliviate.errors import ObliviateError
+from obliviate.modeling import sources
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The class flag transformers checks before dispatching to a backend (modeling_utils *_can_dispatch).

@@ -41,8 +41,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import maybe_autocast
 
-from obliviate.modeling.teacher import tau_problem
 from obliviate.errors import ObliviateError
+from obliviate.modeling.teacher import tau_problem
 
 PREFIX = "obliviate_"
 SUPPORTED_BACKENDS = ("eager", "sdpa", "flex_attention")

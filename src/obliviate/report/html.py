@@ -6,10 +6,10 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from obliviate.resources import stylesheet
 from obliviate.errors import ObliviateError
-from obliviate.report.markdown import GEOMETRY, columns, geometry_rows, metric_label, fmt, metric_infos
+from obliviate.report.markdown import GEOMETRY, columns, fmt, geometry_rows, metric_infos, metric_label
 from obliviate.report.plots import figures, png_base64
+from obliviate.resources import stylesheet
 
 CSS = stylesheet()
 

@@ -125,8 +125,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
 
 def _scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
     """The bar and axes: the sweep's own, else the track's defaults."""
-    from obliviate.sweep.tracks import parse_axes, parse_bar
-    from obliviate.sweep.tracks import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS
+    from obliviate.sweep.tracks import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
 
     defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
     sweep = coll.sweep or {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from obliviate.config import MethodConfig, TrainConfig, build, read_yaml, apply_overrides, to_dict
+from obliviate.config import MethodConfig, TrainConfig, apply_overrides, build, read_yaml, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.score import Bar, Expr, parse_expr
 
@@ -93,9 +93,9 @@ def detect_kind(raw: Mapping[str, Any]) -> str:
 
 def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
-    from obliviate.demos.synthetic import DemoConfig
-    from obliviate.demos.knowledge import KnowledgeDemoConfig
     from obliviate.config import RunConfig
+    from obliviate.demos.knowledge import KnowledgeDemoConfig
+    from obliviate.demos.synthetic import DemoConfig
 
     if not path:
         raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
@@ -234,9 +234,9 @@ class KnowledgeTrack(Track):
         return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
-        from obliviate.train.student import load_model
         from obliviate.config import LoraSettings
         from obliviate.demos.knowledge import probe_and_split
+        from obliviate.train.student import load_model
 
         cfg = self.cfg
         if not hasattr(self, "_facts"):
@@ -358,9 +358,9 @@ class UnlearnTrack(TofuTrack):
         return self._plan.lines
 
     def prepare(self, log: Log) -> None:
-        from obliviate.train.student import load_model
         from obliviate.eval.runner import load_eval_splits
         from obliviate.modeling.load import load_pretrained
+        from obliviate.train.student import load_model
 
         if not hasattr(self, "_plan"):
             self.check()

@@ -21,6 +21,7 @@ from obliviate.progress import progress
 from obliviate.train.checkpoint import Checkpointer
 from obliviate.train.guard import DivergenceGuard, describe_checkpoint
 
+
 @dataclass
 class TrainResult:
     """Per-step logs of a run: step, lr, grad_norm and every loss term (global means)."""

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-
 import re
 from dataclasses import dataclass, field
 from functools import partial
@@ -15,14 +14,14 @@ from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.refusals import assign_refusals, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
-from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
-from obliviate.modeling.teacher import Teacher
-from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
-from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.errors import ConfigError
+from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
+from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
+from obliviate.modeling.teacher import Teacher
+from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
-from obliviate.train.optim import make_optimizer
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop, total_steps
+from obliviate.train.optim import make_optimizer
 
 if TYPE_CHECKING:
     from obliviate.modeling.frozen import FrozenModels
