@@ -4,11 +4,11 @@ import copy
 import pytest
 import torch
 
+from obliviate import continual
 from obliviate.config import MethodConfig, TrainConfig, build
 from obliviate.continual import ContinualConfig, ContinualResult, continual_table, run_continual, split_requests
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
-from obliviate.train import continual
 
 
 @pytest.fixture(scope="module")
