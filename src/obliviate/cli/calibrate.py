@@ -13,16 +13,11 @@ from obliviate.train.student import load_model
 HELP = "sweep attention temperature and layers with the smoothed teacher alone; recommend ASU's tau"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    configured.add_config_arguments(p)
+add_arguments = configured.add_config_arguments
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = configured.resolve(args)
-    if cfg is not None:
-        configured.quiet_libraries()
-        run_calibrate(cfg)
-    return 0
+    return configured.run_with(run_calibrate, args)
 
 
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -97,3 +97,15 @@ def resolve(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any | None:
         print(yaml.safe_dump(config.to_dict(cfg), sort_keys=False))
         return None
     return cfg
+
+
+def run_with(work: Callable[[Any], Any], args: argparse.Namespace, extra: Sequence[str] = (),
+             quiet: bool = True) -> int:
+    """A configured command's `run`: resolve its config (`extra` overrides first), then, unless --help-config or
+    --show-config answered, quiet the libraries (not for commands that load no weights) and do `work(cfg)`."""
+    cfg = resolve(args, extra)
+    if cfg is not None:
+        if quiet:
+            quiet_libraries()
+        work(cfg)
+    return 0

@@ -25,11 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = configured.resolve(args, eval_shortcuts(args))
-    if cfg is not None:
-        configured.quiet_libraries()
-        run_eval(cfg)
-    return 0
+    return configured.run_with(run_eval, args, eval_shortcuts(args))
 
 
 def eval_shortcuts(args: argparse.Namespace) -> list[str]:

@@ -12,16 +12,11 @@ from obliviate.train.student import load_model, saveable
 HELP = "train a model on QA data (e.g. the target or the retain model)"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    configured.add_config_arguments(p)
+add_arguments = configured.add_config_arguments
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = configured.resolve(args)
-    if cfg is not None:
-        configured.quiet_libraries()
-        run_finetune(cfg)
-    return 0
+    return configured.run_with(run_finetune, args)
 
 
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:

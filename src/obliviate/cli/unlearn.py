@@ -14,16 +14,11 @@ from obliviate.train.student import load_model, saveable
 HELP = "unlearn a forget split from a model, then evaluate it"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    configured.add_config_arguments(p)
+add_arguments = configured.add_config_arguments
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = configured.resolve(args)
-    if cfg is not None:
-        configured.quiet_libraries()
-        run_unlearn(cfg)
-    return 0
+    return configured.run_with(run_unlearn, args)
 
 
 def run_unlearn(cfg: RunConfig) -> dict[str, Any]:

@@ -21,10 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = configured.resolve(args)  # validate loads no weights: it need not import transformers at all
-    if cfg is not None:
-        run_validate(cfg)
-    return 0
+    return configured.run_with(run_validate, args, quiet=False)  # loads no weights: transformers stays unloaded
 
 
 def validation_lines(cfg: Any) -> list[str]:

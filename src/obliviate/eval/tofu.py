@@ -28,7 +28,7 @@ UTILITY_KEYS: tuple[str, ...] = tuple(f"{s}_{p}" for s in UTILITY_SPLITS for p i
 
 
 SPLIT_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
-          "world_facts": "world facts"}
+               "world_facts": "world facts"}
 _PROB_DOC = {"qa": "mean exp(-avg_loss(q, answer))",
              "mcq": "mean c/(c + sum w), length-normalised probs of the answer vs its perturbed answers"}
 _OTHER_METRICS = (

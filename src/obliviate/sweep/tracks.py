@@ -76,9 +76,10 @@ UNLEARN_DEFAULTS = Defaults((("minimize", "forget_rougeL_recall"), ("maximize", 
 
 
 def knowledge_metric_names() -> set[str]:
-    from obliviate.eval.knowledge import KNOWLEDGE_COLUMNS, knowledge_metric_infos
+    from obliviate.eval.knowledge import KNOWLEDGE_COLUMNS
+    from obliviate.eval.metrics import metric_infos
 
-    return set(knowledge_metric_infos()) | {k for k, _ in KNOWLEDGE_COLUMNS} | {
+    return set(metric_infos("knowledge")) | {k for k, _ in KNOWLEDGE_COLUMNS} | {
         "forget_score", "forget_mcq_n", "other_mcq_n", "forget_distinct_ratio", "train_seconds"}
 
 
