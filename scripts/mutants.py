@@ -148,6 +148,15 @@ MUTANTS: list[Mutant] = [
     Mutant("closer look: MU arithmetic mean", "eval/closer_look.py",
            "return (0.0 if np.any(nums == 0) else float(hmean(nums))), used",
            "return (0.0 if np.any(nums == 0) else float(np.mean(nums))), used", T_CL),
+    # rule traits (gradients.py RuleSpec) and the teacher's default (modeling/teacher.py)
+    Mutant("rule traits: sago fused like sum", "gradients.py",
+           '@rule("sago", elementwise=True, per_tensor=True, conflict_masks=True)',
+           '@rule("sago", elementwise=True, per_tensor=True, conflict_masks=True, separate=False)', T_SYN),
+    Mutant("rule traits: pcgrad coefficients per shard", "gradients.py",
+           "per_tensor=True, reduces=True, coefficients=pcgrad_coefs)", "per_tensor=True, reduces=True)",
+           ("tests/train/test_fsdp.py",)),
+    Mutant("teacher: default tau 3", "modeling/teacher.py", "DEFAULT_TAU = 2.0", "DEFAULT_TAU = 3.0",
+           ("tests/modeling/test_teacher.py",)),
     # sharded rules and the θ0 cache
     Mutant("fsdp: pcgrad per shard, not per whole tensor", "gradients.py",
            "sums = (reduce(part) if reduce is not None else part).tolist()", "sums = part.tolist()",

@@ -370,3 +370,29 @@ def test_combine_into_streams_the_same_result_and_releases_inputs(rule):
     for k in ("cos_f_r", "cos_g_f", "cos_g_r", "conflict_share"):
         assert out[k] == pytest.approx(expect_stats[k], abs=1e-6)
     assert out["modules"].keys() == expect_stats["modules"].keys()
+
+
+def test_only_sum_may_share_one_fused_backward():
+    """RuleSpec.separate decides the loop's backward: every rule but `sum` combines separate g_f and g_r."""
+    from obliviate.config import CombineConfig, MethodConfig
+    from obliviate.errors import ConfigError
+    from obliviate.train.unlearn import resolve_method
+
+    for rule in ALL_RULES:
+        method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule=rule))
+        assert resolve_method(method).separate is (rule != "sum"), rule
+        if rule != "sum":
+            with pytest.raises(ConfigError, match="separate forget and retain backward"):
+                resolve_method(MethodConfig(forget="ga", retain="nll",
+                                            combine=CombineConfig(rule=rule, separate_backward=False)))
+
+
+def test_rule_traits():
+    """Elementwise rules are exact on shards and get the conflict masks only when they use them (the SAGO pair);
+    pcgrad alone streams with whole-tensor coefficients; every non-elementwise rule reduces over shards."""
+    spec = {n: RULES.get(n) for n in ALL_RULES}
+    assert {n for n, s in spec.items() if s.elementwise} == {"sum", "sago", "sago_retain"}
+    assert {n for n, s in spec.items() if s.conflict_masks} == {"sago", "sago_retain"}
+    assert {n for n, s in spec.items() if s.per_tensor} == {"sum", "sago", "sago_retain", "pcgrad"}
+    assert {n for n, s in spec.items() if s.reduces} == set(ALL_RULES) - {"sum", "sago", "sago_retain"}
+    assert [n for n, s in spec.items() if s.coefficients is not None] == ["pcgrad"]
