@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from obliviate.errors import ObliviateError
 from obliviate.files import file_sha256, write_json_atomic
+from obliviate.modeling import chat
 
 RECEIPT_VERSION = 1
 RECEIPT_NAME = "receipt.json"
@@ -191,7 +192,9 @@ def tokenizer_info(tokenizer: Any, max_length: int) -> dict[str, Any]:
             "tokenizer": str(getattr(tokenizer, "name_or_path", "")), "tokenizer_class": type(tokenizer).__name__,
             "vocab_size": len(tokenizer), "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
             "bos_token_id": getattr(tokenizer, "bos_token_id", None),
-            "eos_token_id": getattr(tokenizer, "eos_token_id", None)}
+            "eos_token_id": getattr(tokenizer, "eos_token_id", None),
+            "chat_system": chat.get_format(tokenizer)["system"] if template else None,
+            "chat_template_args": chat.resolved_args(tokenizer) if template else None}
 
 
 def side_record(split: str, rows: Sequence[Any], digests: list[str]) -> dict[str, Any]:
@@ -424,7 +427,8 @@ def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> li
     tok = load_tokenizer(str(model_dir))
     now = tokenizer_info(tok, settings["max_length"])
     out = [Difference("tokenizer", key, f"{now[key]!r}, receipt says {settings.get(key)!r}")
-           for key in ("vocab_sha256", "vocab_size", "chat_template", "chat_template_sha256") if now[key] != settings.get(key)]
+           for key in ("vocab_sha256", "vocab_size", "chat_template", "chat_template_sha256", "chat_system",
+                       "chat_template_args") if now[key] != settings.get(key)]
     for side in ("forget", "retain"):
         split = data[side]["split"] if side in data else cfg_data[f"{side}_split"]
         rows = load_data(source, cfg_data.get("format", "qa"), [split])

@@ -24,6 +24,7 @@ from obliviate.data.rows import QARow
 from obliviate.data.tokenize import PLAIN_PROMPT, has_chat_template, prompt_ids
 from obliviate.eval.generate import batched_avg_loss, greedy_ids
 from obliviate.eval.tofu import rouge_recall
+from obliviate.modeling import chat
 
 
 def k_metric(rows: Sequence[QARow]) -> str:
@@ -73,10 +74,8 @@ def few_shot_shots(retain: Sequence[QARow], k: int, seed: int) -> list[QARow]:
 def few_shot_text(tokenizer: Any, question: str, shots: Sequence[QARow]) -> str:
     """The few-shot prompt text: shots as earlier chat turns (or Question/Answer blocks), then the question."""
     if has_chat_template(tokenizer):
-        msgs = [m for s in shots for m in ({"role": "user", "content": s.question},
-                                           {"role": "assistant", "content": s.answer})]
-        msgs.append({"role": "user", "content": question})
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        turns = [t for s in shots for t in (("user", s.question), ("assistant", s.answer))] + [("user", question)]
+        return chat.render(tokenizer, chat.messages(tokenizer, turns), add_generation_prompt=True)
     blocks = [PLAIN_PROMPT.format(question=s.question) + " " + s.answer for s in shots]
     return "\n\n".join(blocks + [PLAIN_PROMPT.format(question=question)])
 

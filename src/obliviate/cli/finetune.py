@@ -7,7 +7,7 @@ from typing import Any
 from obliviate.cli import configured, runs
 from obliviate.config import FinetuneConfig
 from obliviate.preflight import finetune_inputs, preflight_finetune
-from obliviate.train.student import load_model, saveable
+from obliviate.train.student import load_model, saveable, with_chat
 
 HELP = "train a model on QA data (e.g. the target or the retain model)"
 
@@ -30,7 +30,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
         if cfg.model.tokenizer:  # share a tokenizer, e.g. the target model's (checked in the pre-flight)
-            tok = load_tokenizer(cfg.model.tokenizer)
+            tok = with_chat(load_tokenizer(cfg.model.tokenizer), cfg.model)
         else:
             texts = rows if cfg.data.format == "text" else [t for r in rows for t in (r.question, r.answer)]
             tok = train_tokenizer(texts, vocab_size=cfg.tiny.vocab_size)

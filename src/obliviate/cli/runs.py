@@ -45,6 +45,7 @@ def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
     """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
     gives forget quality, PrivLeak's retrained reference and the MIA reference model."""
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.modeling import chat
     from obliviate.modeling.load import load_pretrained
 
     splits = load_eval_splits(source, cfg) if splits is None else splits
@@ -53,6 +54,7 @@ def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
         if "forget" not in splits:
             raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a forget split")
         retain_model, rtok = load_pretrained(cfg.retain_model)
+        chat.set_format(rtok, **chat.get_format(tok))  # the reference answers the same prompts as the model
         retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
         if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
             retain_model = None

@@ -18,6 +18,7 @@ import yaml
 from obliviate.config.audit import AuditConfig
 from obliviate.config.fields import require, section, setting
 from obliviate.errors import ConfigError
+from obliviate.modeling.chat import check_format
 from obliviate.modeling.teacher import check_teacher_args
 from obliviate.strict_yaml import safe_load
 
@@ -33,6 +34,24 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
+class ChatSettings:
+    system: str | None = setting(None, "system turn before each question (chat templates only); null: none. "
+                                       "open-unlearning's TOFU models: 'You are a helpful assistant.'")
+    template_args: dict = setting({}, "keyword arguments for the chat template, e.g. {date_string: '10 Apr 2025'}; "
+                                      "a template that reads today's date always gets a fixed one (docs/METRICS.md §1.1)")
+
+    def __post_init__(self) -> None:
+        try:
+            check_format(self.system, self.template_args)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def given(self) -> bool:
+        """Whether the config sets a prompt format (else a saved model's own chat_format.json applies)."""
+        return self.system is not None or bool(self.template_args)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     path: str = setting("", "local directory or hub id of a causal LM (safetensors); the starting model θ0")
     tokenizer: str | None = setting(None, "tokenizer path or hub id when it differs from `path`")
@@ -40,6 +59,7 @@ class ModelConfig:
     attn_implementation: str = setting("sdpa", "eager | sdpa | any backend transformers knows")
     trust_remote_code: bool = setting(False, "allow custom model code from the hub (off unless you trust it)")
     lora: LoraSettings = section(LoraSettings(), "parameter-efficient unlearning with LoRA adapters")
+    chat: ChatSettings = section(ChatSettings(), "how the chat template is called: system turn, template arguments")
 
     def __post_init__(self) -> None:
         dtypes = ("float32", "bfloat16", "float16")  # obliviate.modeling.load.DTYPES

@@ -1,7 +1,8 @@
 """Prompt formatting, tokenisation with prompt masking, truncation and collation.
 
-Template: the tokenizer's chat template when it has one, else `Question: {q}\\nAnswer:` followed by
-` {a}` and EOS. Prompt and answer are tokenised separately so the label mask is exact.
+Template: the tokenizer's chat template when it has one (called with the prompt format it carries:
+system turn, template arguments, a fixed date; obliviate.modeling.chat), else `Question: {q}\\nAnswer:`
+followed by ` {a}` and EOS. Prompt and answer are tokenised separately so the label mask is exact.
 Truncation policy (max_length tokens): the prompt is kept whole and the answer is cut at its right
 end (EOS included in what may be cut); if the prompt alone leaves no room for one answer token,
 the prompt is cut from the left (its end, next to the answer, is kept).
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from obliviate.modeling import chat
 from obliviate.modeling.logprobs import IGNORE_INDEX
 
 PLAIN_PROMPT = "Question: {question}\nAnswer:"
@@ -26,9 +28,7 @@ def has_chat_template(tokenizer: Any) -> bool:
 def prompt_text(tokenizer: Any, question: str) -> str:
     """The text the model sees before the answer."""
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
-        )
+        return chat.render(tokenizer, chat.messages(tokenizer, [("user", question)]), add_generation_prompt=True)
     return PLAIN_PROMPT.format(question=question)
 
 
@@ -48,9 +48,8 @@ def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
     eos = tokenizer.eos_token_id
     if has_chat_template(tokenizer):
         p = prompt_text(tokenizer, question)
-        full = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}, {"role": "assistant", "content": answer}], tokenize=False
-        )
+        full = chat.render(tokenizer, chat.messages(tokenizer, [("user", question), ("assistant", answer)]),
+                           add_generation_prompt=False)
         text = full[len(p):] if full.startswith(p) else answer
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids if eos is None or eos in ids else ids + [eos]

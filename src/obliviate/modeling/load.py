@@ -13,7 +13,7 @@ import torch
 
 from obliviate import files
 from obliviate.errors import ObliviateError
-from obliviate.modeling import sources
+from obliviate.modeling import chat, sources
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The class flag transformers checks before dispatching to a backend (modeling_utils *_can_dispatch).
@@ -43,6 +43,11 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
                              "Give a local directory with tokenizer files or a reachable hub id.") from None
     if tok.pad_token_id is None and tok.eos_token_id is not None:
         tok.pad_token = tok.eos_token
+    if Path(path).is_dir():  # the prompt format a model was unlearned with travels with it (modeling/chat.py)
+        try:
+            chat.load(tok, path)
+        except ValueError as exc:
+            raise ObliviateError(str(exc)) from None
     return tok
 
 
@@ -172,5 +177,6 @@ def save_model(directory: Path, model: Any, tokenizer: Any) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
+    chat.save(tokenizer, directory)
 
 

@@ -25,7 +25,17 @@ def load_model(mc: ModelConfig) -> tuple[Any, Any]:
         check_tokenizer_source(mc.tokenizer, "model.tokenizer")
     model, tok = load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
                                  trust_remote_code=mc.trust_remote_code)
-    return (_with_lora(model, mc) if mc.lora.enabled else model), tok
+    return (_with_lora(model, mc) if mc.lora.enabled else model), with_chat(tok, mc)
+
+
+def with_chat(tokenizer: Any, mc: ModelConfig) -> Any:
+    """The tokenizer with the config's prompt format (model.chat) when it sets one; else it keeps the format a
+    saved model carried (modeling/chat.py)."""
+    from obliviate.modeling import chat
+
+    if mc.chat.given():
+        chat.set_format(tokenizer, mc.chat.system, mc.chat.template_args)
+    return tokenizer
 
 
 def student_copy(model: Any, mc: ModelConfig) -> Any:
