@@ -19,11 +19,12 @@ SIMPLE = "OPTML-Group/Unlearn-Simple"
 
 
 def _method(desc: str, method: dict, src: str, *, train: dict | None = None, train_src: str = "",
-            muse: dict | None = None, muse_src: str = "") -> dict:
+            muse: dict | None = None, muse_src: str = "", target: dict | None = None) -> dict:
     """One named recipe: description, method section and its source, per-target training overrides and their
-    source, and the MUSE method section where MUSE's reference differs."""
+    source, the MUSE method section where MUSE's reference differs, and per-target overrides of the method's
+    forget_args and of the data section (`target`: {target: {"forget_args": {...}, "data": {...}}})."""
     return {"desc": desc, "method": method, "src": src, "train": train or {}, "train_src": train_src,
-            "muse": muse, "muse_src": muse_src}
+            "muse": muse, "muse_src": muse_src, "target": target or {}}
 
 
 # name -> recipe. `train` maps a target to the training values that differ from that target's defaults.
@@ -48,20 +49,27 @@ METHODS = {
                        {"forget": "idk_dpo", "forget_args": {"beta": 0.1}, "retain": "nll", "alpha": 1.0,
                         "gamma": 1.0}, f"{OU} configs/trainer/DPO.yaml"),
     "idk_ap": _method("IDK+AP: NLL of a refusal + answer preservation on retain (AP beta 0.1)",
-                      {"forget": "idk", "retain": "ap", "retain_args": {"beta": 0.1}, "alpha": 1.0, "gamma": 1.0},
-                      f"{CL} scripts/tofu/idk_ap.sh, config/tofu.yaml (beta 0.1), trainer/losses.py",
+                      {"forget": "idk", "retain": "ap", "retain_args": {"beta": 0.1}, "alpha": 1.0, "gamma": 1.0,
+                       "refusal_draw": "per_example"},
+                      f"{CL} scripts/tofu/idk_ap.sh, config/tofu.yaml (beta 0.1), trainer/losses.py; one refusal per "
+                      "question for the run: its dataset/data_module.py seeds the draw with the question's index",
                       train={"tofu": {"epochs": 5, "warmup_ratio": 0.2}},
                       train_src=f"5 epochs, warm-up 1 epoch: {CL} scripts/tofu/idk_ap.sh, forget.py"),
     "me_gd": _method("ME+GD: maximum entropy on every forget token, prompt included (gamma 0.1) + NLL on retain",
-                     {"forget": "me", "forget_args": {"scope": "sequence"}, "retain": "nll", "alpha": 1.0,
+                     {"forget": "me", "forget_args": {"positions": "sequence"}, "retain": "nll", "alpha": 1.0,
                       "gamma": 0.1},
-                     f"{CL} scripts/tofu/me_gd.sh (mask=false, forget_coeff 0.1, regularization_coeff 1)",
+                     f"{CL} scripts/tofu/me_gd.sh (mask=false, forget_coeff 0.1, regularization_coeff 1); on TOFU "
+                     "every position of rows padded to 500 tokens, padding included (positions max_length): its "
+                     "dataset/data_module.py pads with EOS to the max_length 500 its forget.py passes",
+                     target={"tofu": {"forget_args": {"positions": "max_length"}, "data": {"max_length": 500}}},
                      train={"tofu": {"epochs": 5, "warmup_ratio": 0.2}},
                      train_src=f"5 epochs, warm-up 1 epoch: {CL} scripts/tofu/me_gd.sh, forget.py"),
     "undial": _method("UNDIAL: self-distillation to reference logits with the gold token lowered (beta 10), no retain "
                       "term",
-                      {"forget": "undial", "forget_args": {"beta": 10.0}, "retain": None, "gamma": 1.0},
-                      f"{OU} configs/trainer/UNDIAL.yaml (beta 10, alpha 0, gamma 1)",
+                      {"forget": "undial", "forget_args": {"beta": 10.0, "positions": "batch"}, "retain": None,
+                       "gamma": 1.0},
+                      f"{OU} configs/trainer/UNDIAL.yaml (beta 10, alpha 0, gamma 1); every position of the padded "
+                      "batch counts (positions batch), as src/trainer/utils.py compute_undial_loss",
                       train={t: {"lr": 1.0e-4, "batch_size": 2, "grad_accum": 8} for t in ("tofu", "muse")},
                       train_src=f"lr 1e-4 and batch 2 x 8: {OU} configs/trainer/UNDIAL.yaml, "
                                 "community/methods/UNDIAL/README.md"),
@@ -160,8 +168,11 @@ def preset(name: str, target: str) -> tuple[str, dict]:
                                  "trainable_params": r["trainable_params"]}
         method["retain_args"] = {"layer": t["rmu_layer"]}
         method["alpha"] = r["alpha"]
+    over = recipe["target"].get(target, {})
+    if "forget_args" in over:
+        method["forget_args"] = {**method.get("forget_args", {}), **over["forget_args"]}
     train = {**t["train"], **recipe["train"].get(target, {})}
-    cfg = {"model": t["model"], "data": t["data"], "method": method, "train": train, "eval": t["eval"],
+    cfg = {"model": t["model"], "data": {**t["data"], **over.get("data", {})}, "method": method, "train": train, "eval": t["eval"],
            **({"muse": t["muse"]} if "muse" in t else {}), "output_dir": f"runs/{target}-{name}"}
     train_src = t["train_src"] + (f"; {recipe['train_src']}" if target in recipe["train"] else "")
     header = _header([f"{recipe['desc']}.", f"Source: {t['rmu']['src'] if method['forget'] == 'rmu' else recipe['muse_src'] if on_muse else recipe['src']}.",
@@ -286,7 +297,8 @@ def gpu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
     """(header, config) of recipe `name` on TOFU forget`split` from open-unlearning's Llama-3.2-1B-Instruct target."""
     header, cfg = preset(name, "tofu")
     retain = f"{100 - int(split):02d}"
-    cfg["model"] = {"path": f"{HUB_1B}_full", "dtype": "bfloat16"}
+    cfg["model"] = {"path": f"{HUB_1B}_full", "dtype": "bfloat16", "chat": {"system": "You are a helpful assistant.",
+                                                                          "template_args": {"date_string": "10 Apr 2025"}}}
     cfg["data"] = {**cfg["data"], "source": "locuslab/TOFU", "forget_split": f"forget{split}",
                    "retain_split": f"retain{retain}"}
     cfg["eval"] = {**cfg["eval"], "forget_split": f"forget{split}_perturbed", "retain_model": f"{HUB_1B}_retain{retain}",
@@ -307,6 +319,8 @@ def gpu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
                      f"{ret[0]} / {ret[1]} / {ret[2]} there (forget_quality / model_utility / forget_truth_ratio).")
     lines = [ln[2:] for ln in header.splitlines()[:3]] + [
         published,
+        f"Prompt: {OU} configs/model/Llama-3.2-1B-Instruct.yaml template_args (system turn, date_string), as the "
+        "model was fine-tuned and evaluated.",
         "Their runs: 2 x L40s, DeepSpeed ZeRO-3, paged AdamW 32-bit; here one GPU, torch AdamW: expect the digits to "
         "differ, not the picture. Memory (estimate, not measured): 1.24B bf16 parameters, gradients and AdamW state "
         "(kept in the parameters' dtype) about 10 GB + activations; a teacher/reference copy adds 2.5 GB.",

@@ -96,7 +96,7 @@ def test_quantized_copy_changes_linear_weights_only(case):
 
     model = case["original"]
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    q8 = quantized_copy(model, 8)
+    q8 = quantized_copy(model, "rtn_int8")
     names = {n for n, _ in quantizable_linears(model)}
     assert names and not any("lm_head" in n for n in names)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the model itself is untouched
@@ -232,7 +232,8 @@ def test_cli_audit_writes_verdict_for_every_attack(saved, tmp_path, capsys):
     data = json.loads((out / "audit.json").read_text())
     assert set(data["verdict"]) == {"relearn", "quantize", "paraphrase", "mia"}
     variants = {r["variant"] for r in data["rows"]}
-    assert {"int8 per-channel", "int4 group 128", "paraphrased_question", "few_shot", "completion", "loss"} <= variants
+    assert {"rtn_int8", "rtn_int4", "nf4", "fp4", "gguf_q4_0", "paraphrased_question", "few_shot", "completion",
+            "loss"} <= variants
     assert all(r["ref0"] == "retain model under the same attack" for r in data["rows"])
     mia = next(r for r in data["rows"] if r["variant"] == "loss")
     assert 0.0 <= mia["k_attacked"] <= 1.0 and set(mia["extra"]["auc"]) == {"original", "unlearned", "retain"}
@@ -247,12 +248,12 @@ def test_run_config_audit_without_retain_model(saved):
 
     from obliviate.audit.run import audit_run_output
 
-    cfg = AuditConfig(enabled=True, attacks=["quantize", "paraphrase"], probes=["completion"], bits=[4],
-                      max_new_tokens=16, max_length=ML)
+    cfg = AuditConfig(enabled=True, attacks=["quantize", "paraphrase"], probes=["completion"],
+                      quant_schemes=["rtn_int4"], max_new_tokens=16, max_length=ML)
     res = audit_run_output(cfg, str(saved / "unlearned"), str(saved / "original"), str(saved / "world"), "forget25",
                            log=lambda s: None)
     assert (saved / "unlearned" / "audit" / "audit.json").is_file()
-    assert [r.variant for r in res.rows] == ["int4 group 128", "completion"]
+    assert [r.variant for r in res.rows] == ["rtn_int4", "completion"]
     for r in res.rows:
         assert r.ref0 == "unlearned model without attack" and r.k_ref0 == r.k_unlearned
         assert r.share_without_attack in (0.0, None)

@@ -109,6 +109,45 @@ def test_gru_authors_two_steps_by_hand():
     assert state.step == 2
 
 
+def test_gru_gamma_is_a_rule_parameter_by_hand():
+    # method.combine.gru_gamma = 0.9 (the authors sweep 0.8 / 0.9 / 0.95): ema = 0.9·g_r + 0.1·ema_prev from 0
+    from obliviate.config import CombineConfig
+    from obliviate.errors import ConfigError
+    from obliviate.gradients import combine_into
+
+    state, params = RuleState(), {"gru_gamma": 0.9}
+    # step 1: ema = 0.9·[-1,1,3] = [-0.9, 0.9, 2.7], parallel to g_r: the projection of the 0.8 case, g = 2·g_f'
+    out, _ = combine("gru", F, R, alpha=0.5, gamma=2.0, state=state, params=params)
+    close(out, [[16 / 11, -38 / 11, 18 / 11]])
+    close(state.ema, [[-0.9, 0.9, 2.7]])
+    # step 2, g_r = [1,1,-1]: ema = 0.9·[1,1,-1] + 0.1·[-0.9,0.9,2.7] = [0.81, 0.99, -0.63]
+    # <g_f,ema> = 0.81 - 1.98 = -1.17, ||ema||² = 0.6561 + 0.9801 + 0.3969 = 2.0331, k = 1.17/2.0331 = 1300/2259
+    # g_f' = [1 + 0.81k, -2 + 0.99k, -0.63k] = [368/251, -359/251, -91/251]; g = 2·g_f'
+    out, _ = combine("gru", F, [t(1, 1, -1)], alpha=0.5, gamma=2.0, state=state, params=params)
+    close(out, [[736 / 251, -718 / 251, -182 / 251]], tol=1e-5)
+    close(state.ema, [[0.81, 0.99, -0.63]])
+    # the default 0.8 gives [22/7, -16/7, -4/7] at step 2 (test_gru_authors_two_steps_by_hand): γ_gru matters
+    default = RuleState()
+    for r in (R, [t(1, 1, -1)]):
+        plain, _ = combine("gru", F, r, alpha=0.5, gamma=2.0, state=default)
+    close(plain, [[22 / 7, -16 / 7, -4 / 7]], tol=1e-5)
+    assert (plain[0] - out[0]).abs().max() > 0.1
+    # the streamed entry point (the loop's) passes it on too
+    streamed, got = RuleState(), [None]
+    for r in (R, [t(1, 1, -1)]):
+        combine_into("gru", list(F), list(r), got.__setitem__, alpha=0.5, gamma=2.0, state=streamed, params=params)
+    close(got, out[:1], tol=1e-6)
+    # other rules leave it out; a name no rule takes and a γ_gru outside (0, 1) are refused
+    close(combine("sum", F, R, alpha=0.5, gamma=2.0, params=params)[0], [[1.5, -3.5, 1.5]])
+    with pytest.raises(ValueError, match=r"unknown gradient-rule setting\(s\) \['gru_gama'\]"):
+        combine("gru", F, R, alpha=0.5, gamma=2.0, state=RuleState(), params={"gru_gama": 0.9})
+    with pytest.raises(ValueError, match="gru_gamma must lie strictly between 0 and 1"):
+        combine("gru", F, R, alpha=0.5, gamma=2.0, state=RuleState(), params={"gru_gamma": 1.0})
+    assert CombineConfig().gru_gamma == 0.8
+    with pytest.raises(ConfigError, match=r"method.combine.gru_gamma=0.0 is impossible"):
+        CombineConfig(rule="gru", gru_gamma=0.0)
+
+
 def test_gru_authors_has_no_epsilon():
     # scaled by 1e-6 the projection is scale-free: g = 1e-6·[16/11, -38/11, 18/11] exactly as at scale 1;
     # with ε = 1e-10 added to ||ema||² = 7.04e-12 the coefficient would shrink to ~7% of its value

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -28,7 +28,7 @@ from obliviate.registry import Registry
 
 EPS = 1e-10  # added to squared norms in every projection (docs/METHODS.md §2.2), except gru's (its authors add none)
 GRU_MOMENTUM = 0.8  # gru_ema: ema <- 0.8·ema + 0.2·g_r
-GRU_GAMMA = 0.8  # gru (authors' gamma_gru): ema <- 0.8·g_r + 0.2·ema, from ema = 0
+GRU_GAMMA = 0.8  # gru's default gru_gamma (authors' gamma_gru): ema <- 0.8·g_r + 0.2·ema, from ema = 0
 
 Grads = list[Optional[Tensor]]
 Pair = Optional[tuple[Tensor, Tensor]]  # (g_f, g_r), or None when both are absent
@@ -68,7 +68,9 @@ class RuleSpec:
     reduces: sums dot products or norms over shards through `reduce`; separate: combines separately computed forget
     and retain gradients (False only for `sum`, which a fused backward computes exactly); coefficients: the
     whole-tensor scalars a per-tensor rule needs before streaming (pcgrad), summed over shards in one call;
-    conflict_masks: takes the conflict masks c = (g_f ⊙ g_r < 0), computed once per step for it and the stats."""
+    conflict_masks: takes the conflict masks c = (g_f ⊙ g_r < 0), computed once per step for it and the stats;
+    params: names of the rule's own settings (keyword arguments with defaults, e.g. gru's gru_gamma), which
+    `combine` takes from its `params` mapping."""
 
     name: str
     fn: RuleFn
@@ -78,6 +80,7 @@ class RuleSpec:
     separate: bool = True
     coefficients: Optional[Callable[..., list[float]]] = None
     conflict_masks: bool = False
+    params: tuple[str, ...] = ()
 
     def __call__(self, *args: Any, **kw: Any) -> Grads:
         return self.fn(*args, **kw)
@@ -304,19 +307,23 @@ def _need_state(rule: str, state: Optional[RuleState]) -> RuleState:
     return state
 
 
-@rule("gru", reduces=True)
+@rule("gru", reduces=True, params=("gru_gamma",))
 def rule_gru(forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
-             state: Optional[RuleState] = None, reduce: Optional[Reducer] = None) -> Grads:
+             state: Optional[RuleState] = None, reduce: Optional[Reducer] = None,
+             gru_gamma: float = GRU_GAMMA) -> Grads:
     """GRU as its authors' code (Wang et al. 2025, open-unlearning src/trainer/unlearn/gru.py): g = γ·g_f'.
 
-    ema ← 0.8·g_r + 0.2·ema (ema starts at 0: the CURRENT retain gradient weighs 0.8); if
+    ema ← gru_gamma·g_r + (1 − gru_gamma)·ema (ema starts at 0; gru_gamma is the authors' gamma_gru, default 0.8,
+    swept over 0.8 / 0.9 / 0.95 in their paper: the CURRENT retain gradient weighs gru_gamma); if
     ⟨g_f,ema⟩ < 0, g_f' = g_f − ⟨g_f,ema⟩/‖ema‖²·ema (no ε), else g_f' = g_f. Only the rectified
     forget gradient is written: g_r enters through the projection alone, so α is unused (the
     authors' trainer has no weights: γ = 1 there). Projection in float64; mutates `state`.
     """
+    if not 0.0 < gru_gamma < 1.0:
+        raise ValueError(f"gru_gamma must lie strictly between 0 and 1 (the authors use 0.8-0.95), got {gru_gamma}")
     state = _need_state("gru", state)
     pairs = _align(forget_grads, retain_grads)
-    _update_ema(state, pairs, GRU_GAMMA, first_is_g_r=False)
+    _update_ema(state, pairs, gru_gamma, first_is_g_r=False)
     ema = list(state.ema or [])
     pairs = [(torch.zeros_like(e), torch.zeros_like(e)) if p is None and e is not None else p
              for p, e in zip(pairs, ema)]  # the authors' zeros: a decayed EMA still projects there
@@ -415,6 +422,17 @@ def per_module_stats(names: list[str], forget_grads: Grads, retain_grads: Grads,
             if f is not None or r is not None}
 
 
+def rule_params(spec: RuleSpec, params: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """The entries of `params` that rule `spec` takes (RuleSpec.params); settings of other rules are left out, so a
+    caller may pass every configured one. A name no rule takes is a ValueError."""
+    params = dict(params or {})
+    known = {n for name in RULES.names() for n in RULES.get(name).params}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown gradient-rule setting(s) {unknown}; rules take {sorted(known) or 'none'}")
+    return {k: v for k, v in params.items() if k in spec.params}
+
+
 def _rule_kw(spec: RuleSpec, reduce: Optional[Reducer]) -> dict[str, Any]:
     """`reduce=` for a rule that sums scalars over shards; an error for a rule that cannot on shards."""
     if reduce is None or spec.elementwise:
@@ -428,12 +446,14 @@ def _rule_kw(spec: RuleSpec, reduce: Optional[Reducer]) -> dict[str, Any]:
 
 def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float, gamma: float,
             state: Optional[RuleState] = None, per_module_names: Optional[list[str]] = None,
-            reduce: Optional[Reducer] = None) -> tuple[Grads, dict[str, Any]]:
+            reduce: Optional[Reducer] = None,
+            params: Optional[Mapping[str, Any]] = None) -> tuple[Grads, dict[str, Any]]:
     """Apply RULES[rule]; return (combined grads, stats dict with "modules" when names are given).
 
-    `reduce`: the lists are this rank's shards; dot products, norms and stats are summed over shards."""
+    `reduce`: the lists are this rank's shards; dot products, norms and stats are summed over shards.
+    `params`: the rules' own settings by name (e.g. {"gru_gamma": 0.9}); the rule gets those it takes."""
     spec = RULES.get(rule)
-    rule_kw = _rule_kw(spec, reduce)
+    rule_kw = _rule_kw(spec, reduce) | rule_params(spec, params)
     if per_module_names is not None:  # check before a stateful rule touches its state
         _check_names(per_module_names, forget_grads, retain_grads)
     masks = _masks(_align(forget_grads, retain_grads))  # computed once: SAGO's mask is stats' conflict count
@@ -458,19 +478,20 @@ def combine(rule: str, forget_grads: Grads, retain_grads: Grads, *, alpha: float
 
 def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Callable[[int, Optional[Tensor]], None],
                  *, alpha: float, gamma: float, state: Optional[RuleState] = None,
-                 per_module_names: Optional[list[str]] = None, reduce: Optional[Reducer] = None) -> dict[str, Any]:
+                 per_module_names: Optional[list[str]] = None, reduce: Optional[Reducer] = None,
+                 params: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """`combine`, streamed: output i goes to `write(i, g_i)` and inputs i are released (set to None).
 
     For per-tensor rules this bounds memory to the two input gradient sets plus ONE tensor (the
     loop writes g_i into .grad as it comes); global rules (pcgrad_global, blur, gru, gru_ema) need every
     output before any is written, so they hold one more full copy while combining. The lists are
     the caller's own buffers and are emptied. Returns the stats dict of `combine`. `reduce`: as `combine`
-    (pcgrad then sums all its per-tensor scalars in one call before streaming).
+    (pcgrad then sums all its per-tensor scalars in one call before streaming). `params`: as `combine`.
     """
     spec = RULES.get(rule)
     if not spec.per_tensor:
         grads, out = combine(rule, forget_grads, retain_grads, alpha=alpha, gamma=gamma, state=state,
-                             per_module_names=per_module_names, reduce=reduce)
+                             per_module_names=per_module_names, reduce=reduce, params=params)
         for i, g in enumerate(grads):
             forget_grads[i] = retain_grads[i] = None
             write(i, g)
@@ -478,6 +499,7 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
     if per_module_names is not None:
         _check_names(per_module_names, forget_grads, retain_grads)
     pairs = _align(forget_grads, retain_grads)  # validate every pair before anything is written
+    own = rule_params(spec, params)
     coefs = spec.coefficients(pairs, reduce) if spec.coefficients else None  # whole-tensor scalars, one call
     totals = dict.fromkeys(SUMS, 0.0)
     parts: dict[str, dict[str, float]] = {}
@@ -490,7 +512,7 @@ def combine_into(rule: str, forget_grads: Grads, retain_grads: Grads, write: Cal
         kw: dict[str, Any] = {"masks": masks} if spec.conflict_masks else {}
         if coefs is not None:
             kw["coefs"] = [coefs[i]]
-        g = spec.fn(f, r, alpha=alpha, gamma=gamma, state=state, **kw)
+        g = spec.fn(f, r, alpha=alpha, gamma=gamma, state=state, **kw, **own)
         part = stat_sums(f, r, g, masks)
         totals = {k: totals[k] + part[k] for k in SUMS}
         if per_module_names is not None:

@@ -3,7 +3,8 @@
 One function (`preflight_unlearn`) runs them in one order, so `validate` rejects exactly what `unlearn`
 would reject before its first step, with the same message: output location, method and hyper-parameters,
 data splits, every model path (config and safetensors, no weights loaded), the teacher's layers against
-the model's layer count (read from config.json), evaluation splits and models, the checkpoint directory.
+the model's layer count (read from config.json), RMU's forget and retain layers (one layer, as WMDP's code),
+evaluation splits and models, the checkpoint directory.
 """
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def _check_hidden_layer(layer: Any, n_layers: int, key: str) -> int:
         raise ConfigError(f"{key}={layer!r} must be a decoder layer index 0..{n_layers - 1} of this model "
                           f"({n_layers} layers)")
     return layer
+
+
+def check_hidden_layers_agree(rm: Any) -> None:
+    """A forget objective and a retain term that both read a decoder layer's output (RMU + hidden_mse) read the same
+    layer: WMDP's rmu/unlearn.py hooks one module (`layer_id`) for the forget and the retain activations."""
+    if rm.retain is None or "hidden" not in rm.forget.needs or "hidden" not in rm.retain.needs:
+        return
+    forget, retain = rm.forget_kw.get("layer"), rm.retain_kw.get("layer")
+    if forget != retain:
+        raise ConfigError(f"method.forget_args.layer={forget!r} and method.retain_args.layer={retain!r} differ: "
+                          f"{rm.forget.name} steers one decoder layer's output on forget text while {rm.retain.name} "
+                          "holds another's on retain text, but RMU (WMDP's code) reads one layer for both; set "
+                          f"method.retain_args.layer={forget!r} (or method.forget_args.layer={retain!r})")
 
 
 def check_method_layers(method: MethodConfig, rm: Any, n_layers: int) -> None:
@@ -169,6 +183,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     if n_layers is not None:
         check_method_layers(cfg.method, rm, n_layers)
         lines[-1] += f", {n_layers} layers"
+    check_hidden_layers_agree(rm)  # after the range checks: a layer the model lacks is the first thing to fix
     if cfg.eval.enabled and cfg.data.format == "qa":
         lines += _check_tofu_eval(cfg, source)
         lines += _check_during(cfg)

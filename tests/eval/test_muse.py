@@ -110,6 +110,43 @@ def test_fit_prompt_keeps_bos_and_end():
     assert fit_prompt([1, 10], 3, 1) == [1, 10]
 
 
+def word_tokenizer(adds_bos: bool):
+    """One token per word w0..w299 (words joined by spaces when decoded); a BOS added to every encoding or none,
+    though both name one (like Llama's tokenizer and GPT-2's)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3} | {f"w{i}": 4 + i for i in range(300)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if adds_bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>")
+
+
+def words(n: int, start: int = 0) -> str:
+    return " ".join(f"w{i}" for i in range(start, start + n))
+
+
+def test_verbmem_gold_counts_the_bos_among_its_128_tokens(monkeypatch):
+    from obliviate.eval import muse
+
+    llama_like, gpt2_like = word_tokenizer(True), word_tokenizer(False)
+    assert llama_like(words(3))["input_ids"] == [1, 4, 5, 6] and gpt2_like(words(3))["input_ids"] == [4, 5, 6]
+    gt = words(200)
+    # MUSE: tokenizer(gt).input_ids[:, :128], decoded without special tokens -> BOS + 127 words, or 128 words
+    assert muse.truncate_tokens(llama_like, gt, 128) == words(127)
+    assert muse.truncate_tokens(gpt2_like, gt, 128) == words(128)
+    assert muse.truncate_tokens(llama_like, words(127), 128) == words(127)  # BOS + 127 fit: kept whole
+    # verbmem_scores scores against that gold: a continuation repeating all 200 words has LCS 127 with it,
+    # so F1 = 2·127 / (200 + 127) (against 128 words it would be 2·128 / (200 + 128))
+    monkeypatch.setattr(muse, "greedy_continuations", lambda *a, **k: ([gt], 0))
+    for tok, kept in ((llama_like, 127), (gpt2_like, 128)):
+        scores, _, _ = muse.verbmem_scores(None, tok, [VerbMemItem("prompt", gt)])
+        assert scores.tolist() == [pytest.approx(2 * kept / (200 + kept), abs=1e-12)]
+
+
 def test_load_muse_layout(muse_dir):
     data = load_muse(muse_dir)
     assert data.verbmem_forget[0] == VerbMemItem(FORGET[0][:40], FORGET[0][40:])

@@ -167,6 +167,28 @@ def test_eager_and_sdpa_agree_when_smoothed(arch: str) -> None:
     assert (valid(batch, eager - logits(build(arch, "eager"), batch))).abs().max() > 1e-3
 
 
+def test_flex_attention_smoothing_matches_eager() -> None:
+    """flex_attention runs on the CPU too (transformers compiles it with torch.compile: ~40 s here, once per distinct
+    scaling): τ = 1 is the stock flex model bit for bit, and τ = 2.5 on layer [0] and on every layer gives eager's
+    smoothed logits (eager itself is checked against hand-written attention above)."""
+    batch = make_batch()
+    flex, eager = build("llama", "flex_attention"), build("llama", "eager")
+    stock = logits(flex, batch)
+    assert torch.allclose(valid(batch, stock), valid(batch, logits(eager, batch)), atol=1e-5)
+    smooth_attention(flex, 1.0)
+    assert flex.config._attn_implementation == "obliviate_flex_attention"
+    assert torch.equal(valid(batch, logits(flex, batch)), valid(batch, stock))
+    for layers in ([0], None):
+        smooth_attention(flex, 2.5, layers)
+        want = valid(batch, logits(smooth_attention(eager, 2.5, layers), batch))
+        got = valid(batch, logits(flex, batch))
+        assert torch.allclose(got, want, atol=1e-5), (layers, (got - want).abs().max())
+        assert (want - valid(batch, stock)).abs().max() > 1e-2  # τ moves the logits: a flex path ignoring it fails
+    assert smoothing_info(flex) == {"backend": "flex_attention", "implementation": "obliviate_flex_attention",
+                                    "smoothed": True, "tau": {0: 2.5, 1: 2.5}}
+    assert torch.equal(valid(batch, logits(remove_smoothing(flex), batch)), valid(batch, stock))
+
+
 def test_remove_smoothing_restores_exact_logits() -> None:
     model, batch = build("mistral"), make_batch()
     stock = logits(model, batch)

@@ -247,11 +247,12 @@ def test_needs_and_defaults_are_registered():
     want = {"npo": (("reference",), {"beta": 0.1}), "simnpo": ((), {"beta": 4.5, "delta": 0.0}),
             "dpo": (("reference", "refusal", "refusal_reference"), {"beta": 0.1}),
             "idk": (("refusal",), {"reduction": "token"}),
-            "me": ((), {"reduction": "token", "scope": "answer"}),
-            "undial": (("reference",), {"beta": 10.0, "reduction": "token"}),
+            "me": ((), {"reduction": "token", "positions": "answer"}),
+            "undial": (("reference",), {"beta": 10.0, "reduction": "token", "positions": "answer"}),
             "wga": ((), {"beta": 1.0, "reduction": "token"}),
             "satimp": ((), {"beta1": 5.0, "beta2": 1.0, "reduction": "token"})}
     for name, (needs, defaults) in want.items():
         spec = FORGET.get(name)
         assert spec.needs == needs and spec.defaults() == defaults, name
     assert RETAIN.get("ap").defaults() == {"beta": 0.1}
+    assert RETAIN.get("kl").defaults() == {"reduction": "token", "positions": "answer"} and RETAIN.get("kl").last_position

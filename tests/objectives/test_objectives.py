@@ -121,7 +121,7 @@ def _measure(kind, model, side, frozen, acc, idx):
 
             return -rmu(forward_stats(model, b, hidden_layer=side.kwargs["layer"]), **side.kwargs).item()
         if kind in ("refusal_up", "prefer_refusal"):  # log-likelihood of the refusal (minus the answer's)
-            refusal = forward_stats(model, _shard_batch(side.refusal_enc, idx, acc, 0)[0])
+            refusal = forward_stats(model, _shard_batch(side.refusal_enc.at(0), idx, acc, 0)[0])
             return (refusal.logp - (s.logp if kind == "prefer_refusal" else 0)).mean().item()
         if kind == "forget_down":
             return s.nll.mean().item()

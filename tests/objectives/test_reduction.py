@@ -1,5 +1,5 @@
 """Token reduction ("token" pools the batch, "example" averages per example), its defaults, non-finite
-log-probs in KL-type losses, step-wide pooling in the loop, and ME's sequence scope."""
+log-probs in KL-type losses, step-wide pooling in the loop, and ME's "sequence" positions."""
 import copy
 import math
 from dataclasses import replace
@@ -128,17 +128,19 @@ def test_undial_with_minus_inf_log_probs_is_finite(student, want):
 # ---- the loop: "token" pools over the whole optimizer step ---------------------------------------
 
 def _side(name, registry, tok, rows, kwargs=None, loop_kw=None, refusals=False):
+    from obliviate.data.refusals import RefusalTwins
     from obliviate.data.tokenize import encode_qa
     from obliviate.train.unlearn import Side, encode_rows
 
     spec = registry.get(name)
     loss_kw, loop = spec.resolve(kwargs or {})
-    ref = [encode_qa(tok, r.question, "I have no idea about that.", 64) for r in rows] if refusals else None
+    ref = RefusalTwins(lambda q, a: encode_qa(tok, q, a, 64), [r.question for r in rows], ["I have no idea about that."],
+                       0, "per_example") if refusals else None
     return Side(spec, loss_kw, 1.0, encode_rows(tok, rows, 64), ref, {**loop, **(loop_kw or {})})
 
 
 @pytest.mark.parametrize("name,registry,kwargs", [
-    ("ga", FORGET, {}), ("nll", RETAIN, {}), ("idk", FORGET, {}), ("me", FORGET, {"scope": "sequence"}),
+    ("ga", FORGET, {}), ("nll", RETAIN, {}), ("idk", FORGET, {}), ("me", FORGET, {"positions": "sequence"}),
     ("rmu", FORGET, {"layer": 1, "reduction": "token"}), ("ga", FORGET, {"reduction": "example"}),
 ])
 def test_micro_batch_losses_average_to_the_step_token_mean(name, registry, kwargs, small_world, small_tok,
@@ -162,7 +164,7 @@ def test_micro_batch_losses_average_to_the_step_token_mean(name, registry, kwarg
         if name == "me":
             batch = {**batch, "labels": every_token_labels(batch)}
         layer = kwargs.get("layer")
-        extra = {"refusal": forward_stats(model, collate(side.refusal_enc, 0))} if name == "idk" else {}
+        extra = {"refusal": forward_stats(model, collate(list(side.refusal_enc.at(0)), 0))} if name == "idk" else {}
         whole = side.spec.fn(forward_stats(model, batch, hidden_layer=layer), **extra, **side.kwargs)
     if side.kwargs["reduction"] == "token":
         torch.testing.assert_close(pooled, whole, rtol=1e-12, atol=1e-12)
@@ -185,10 +187,10 @@ def test_pool_total_formula():
     assert _pool_total(enc, None, "targets", 1.0, 1) is None
 
 
-# ---- ME's scope ---------------------------------------------------------------------------------
+# ---- ME's positions -------------------------------------------------------------------------------
 
-def test_me_sequence_scope_counts_every_real_token_end_to_end(monkeypatch, small_world, small_tok, trained_small):
-    """unlearn with me scope "sequence": the loss sees a mask over every real next token (prompt included)."""
+def test_me_sequence_positions_count_every_real_token_end_to_end(monkeypatch, small_world, small_tok, trained_small):
+    """unlearn with me positions "sequence": the loss sees a mask over every real next token (prompt included)."""
     from obliviate.config import MethodConfig, TrainConfig
     from obliviate.data.tokenize import collate, pad_id
     from obliviate.train.unlearn import encode_rows, unlearn
@@ -202,15 +204,16 @@ def test_me_sequence_scope_counts_every_real_token_end_to_end(monkeypatch, small
 
     monkeypatch.setitem(FORGET._items, "me", replace(spec, fn=spy))
     rows = small_world.splits["forget10"][:4]
-    for scope in ("sequence", "answer"):
+    for positions in ("sequence", "answer"):
         model = copy.deepcopy(trained_small)
         unlearn(model, small_tok, rows, small_world.splits["retain90"][:4],
-                MethodConfig(forget="me", forget_args={"scope": scope}, retain="nll", gamma=0.1),
+                MethodConfig(forget="me", forget_args={"positions": positions}, retain="nll", gamma=0.1),
                 TrainConfig(max_steps=1, batch_size=4, progress=False), max_length=64)
     batch = collate(encode_rows(small_tok, rows, 64), pad_id(small_tok))
     real = int(batch["attention_mask"][:, 1:].sum())  # positions whose next token is real
     answer = int((batch["labels"][:, 1:] != -100).sum())
     assert [int(s.mask.sum()) for s in seen] == [real, answer] and real > answer
     assert seen[0].token_total == pytest.approx(real) and seen[1].token_total == pytest.approx(answer)
-    with pytest.raises(ConfigError, match=r"scope must be one of \['answer', 'sequence'\], got 'all'"):
-        spec.resolve({"scope": "all"})
+    with pytest.raises(ConfigError, match=r"positions must be one of \['answer', 'sequence', 'batch', 'max_length'\], "
+                                          r"got 'all'"):
+        spec.resolve({"positions": "all"})

@@ -92,12 +92,13 @@ def test_atomic_dir_leaves_nothing_on_error_and_keeps_old(tmp_path):
     assert [p.name for p in target.iterdir()] == ["new.txt"]
 
 
-@pytest.mark.parametrize("rule", ["gru", "sum"])
-def test_resumed_run_equals_uninterrupted(rule, small_world, small_tok, trained_small, tmp_path):
-    """Stop after 2 of 4 steps (checkpoint), resume in a fresh call: same parameters and history.
+@pytest.mark.parametrize("forget,rule", [("npo", "gru"), ("npo", "sum"), ("idk_dpo", "sum")])
+def test_resumed_run_equals_uninterrupted(forget, rule, small_world, small_tok, trained_small, tmp_path):
+    """Stop after 2 of 4 steps (checkpoint), resume in a fresh call: same parameters and history (idk_dpo: the
+    refusals drawn per access at steps 3 and 4 are those of the uninterrupted run).
 
     In-process (KeyboardInterrupt from the loop); test_checkpoint.py kills real processes (SIGKILL, SIGINT)."""
-    method = MethodConfig(forget="npo", retain="nll", combine=CombineConfig(rule=rule))
+    method = MethodConfig(forget=forget, retain="nll", combine=CombineConfig(rule=rule))
     forget, retain = small_world.splits["forget10"], small_world.splits["retain90"]
     full = copy.deepcopy(trained_small)
     ref = unlearn(full, small_tok, forget, retain, method, _cfg(max_steps=4, batch_size=2, grad_accum=2, lr=1e-3),

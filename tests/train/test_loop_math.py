@@ -141,3 +141,24 @@ def test_accumulated_step_writes_the_same_combination(rule, reduction, plain_sgd
     unlearn(model, small_tok, forget, retain, method, _cfg(batch_size=N // 2, grad_accum=2), max_length=64)
     for p0, p1, g in zip(before, model.parameters(), expected):
         torch.testing.assert_close(p0 - p1.detach(), g, rtol=2e-4, atol=2e-6)
+
+
+def test_gru_gamma_reaches_the_rule_and_the_fingerprint(monkeypatch, small_world, small_tok, trained_small):
+    """method.combine.gru_gamma is handed to the rule at every step and recorded in the run's settings (gru only)."""
+    from obliviate import gradients
+    from obliviate.train.unlearn import resolve_method
+
+    seen, original = [], gradients.combine_into
+
+    def spy(rule, *a, params=None, **kw):
+        seen.append((rule, params))
+        return original(rule, *a, params=params, **kw)
+
+    monkeypatch.setattr(gradients, "combine_into", spy)
+    method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="gru", gru_gamma=0.9))
+    unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:N],
+            small_world.splits["retain90"][:N], method, replace(_cfg(), max_steps=2), max_length=64)
+    assert seen == [("gru", {"gru_gamma": 0.9})] * 2
+    assert resolve_method(method).settings()["combine"]["gru_gamma"] == 0.9
+    sago = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="sago", gru_gamma=0.9))
+    assert "gru_gamma" not in resolve_method(sago).settings()["combine"]

@@ -36,7 +36,7 @@ def test_group_by_length_pads_less_with_the_same_step(small_world, small_tok, tr
         plan = with_steps(paired_batches(n, 0, 2, seed=0), 4, (lengths, []) if group else None)
         pads, steps = 0, []
         for _ in range(4 * 6):  # 6 optimizer steps of 4 micro-batches
-            f, _, (fstep, _) = next(plan)
+            f, _, (fstep, _), _ = next(plan)
             b = collate([enc[i] for i in f], pad_id(small_tok))
             pads += int((b["attention_mask"] == 0).sum())
             steps.append(sorted(fstep[0]))

@@ -150,8 +150,9 @@ def _relearn_rows(models: dict[str, Any], tok: Any, forget: list[QARow], retain:
 
 def _quantize_rows(models: dict[str, Any], tok: Any, forget: list[QARow], sc: _Scorer, cfg: AuditConfig,
                    log: Callable[[str], None]) -> list[AttackRow]:
-    """RTN int8 / int4 weights of the unlearned model (and of the retain model, the 0% reference)."""
-    from obliviate.audit.quantize import quantized_copy
+    """Each of cfg.quant_schemes applied to the weights of the unlearned model (and of the retain model, the 0%
+    reference); one row per scheme, its variant the scheme's name."""
+    from obliviate.audit.quantize import get_scheme, quantized_copy, unfit_layers
 
     probe = direct_probe(tok, forget)
     pkw = {"batch_size": cfg.batch_size, "max_length": cfg.max_length}
@@ -160,19 +161,20 @@ def _quantize_rows(models: dict[str, Any], tok: Any, forget: list[QARow], sc: _S
     orig_p = float(answer_probs(models["original"], tok, forget, **pkw).mean())
     unl_p = float(answer_probs(models["unlearned"], tok, forget, **pkw).mean())
     out = []
-    for bits in cfg.bits:
-        name = "int8 per-channel" if bits == 8 else f"int4 group {cfg.group_size}"
-        q = quantized_copy(models["unlearned"], bits, cfg.group_size)
-        k_att, p_att = sc.k(f"unlearned-int{bits}", q, probe), float(answer_probs(q, tok, forget, **pkw).mean())
+    for name in cfg.quant_schemes:
+        q = quantized_copy(models["unlearned"], name, cfg.group_size)
+        k_att, p_att = sc.k(f"unlearned-{name}", q, probe), float(answer_probs(q, tok, forget, **pkw).mean())
         if "retain" in models:
-            qr = quantized_copy(models["retain"], bits, cfg.group_size)
-            k_ref, ref0 = sc.k(f"retain-int{bits}", qr, probe), REF_RETAIN
+            qr = quantized_copy(models["retain"], name, cfg.group_size)
+            k_ref, ref0 = sc.k(f"retain-{name}", qr, probe), REF_RETAIN
             p_ref = float(answer_probs(qr, tok, forget, **pkw).mean())
         else:
             k_ref, p_ref, ref0 = unl_k, unl_p, REF_UNLEARNED
+        kept = unfit_layers(models["unlearned"], name)  # rows the format cannot hold: float16, as llama.cpp does
         out.append(AttackRow("quantize", name, sc.metric, len(forget), unl_k, k_att, orig_k, k_ref, ref0, plain,
-                             extra=_prob_extra(p_att, orig_p, p_ref, unl_p)))
-        log(f"  quantize ({name}): K {k_att}")
+                             extra=_prob_extra(p_att, orig_p, p_ref, unl_p)
+                             | {"format": get_scheme(name).describe, "kept_float16": kept}))
+        log(f"  quantize ({name}): K {k_att}" + (f"; {len(kept)} weight(s) kept as float16" if kept else ""))
     return out
 
 
@@ -293,7 +295,7 @@ def run_audit(model: Any, original: Any, tokenizer: Any, forget: Sequence[QARow]
     verdict = mark_headlines(rows)
     ref0 = REF_RETAIN if retain_model is not None else REF_UNLEARNED
     settings = {k: getattr(cfg, k) for k in ("attacks", "relearn_share", "relearn_steps", "relearn_lr",
-                                              "relearn_batch_size", "bits", "group_size", "probes", "few_shot",
+                                              "relearn_batch_size", "quant_schemes", "group_size", "probes", "few_shot",
                                               "max_new_tokens", "max_length", "max_examples", "seed")}
     settings["samples"] = sc.samples
     return AuditResult(metric, ref0, rows, verdict, baseline, len(forget), time.perf_counter() - t0, notes, settings)

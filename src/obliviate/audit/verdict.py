@@ -131,8 +131,10 @@ EXPLAIN = (
     "with the original model (100%, direct question, no attack) and the 0% reference ({ref0}); recovered = "
     "(K_attacked - K_ref0) / (K_original - K_ref0); 'before attack' is the same share of the unlearned model "
     "without attack (its 0% reference: the retain model without attack). relearn: fine-tuned on a share of the "
-    "forget rows, measured on the others (control: as many steps on retain rows). quantize: round-to-nearest "
-    "int8 / int4 Linear weights. paraphrase: indirect prompts. mia: membership-inference AUC, forget vs holdout "
+    "forget rows, measured on the others (control: as many steps on retain rows). quantize: Linear weights "
+    "quantised and dequantised in each format named in the variant (rtn_int8 / rtn_int4: obliviate's round-to-"
+    "nearest grids; nf4 / fp4: bitsandbytes 4-bit, absmax blocks of 64; gguf_q8_0 / gguf_q4_0: llama.cpp GGUF, "
+    "blocks of 32). paraphrase: indirect prompts. mia: membership-inference AUC, forget vs holdout "
     "(K = AUC; 1 = members exposed; 'either direction' = max(AUC, 1 - AUC) of the strongest attack).")
 
 

@@ -24,7 +24,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--attacks", help=f"comma-separated subset of {','.join(ATTACKS)} (default: all)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --output directory")
     ap.add_argument("--config", help="YAML with audit keys (top level or under 'audit:')")
-    ap.add_argument("overrides", nargs="*", help="key=value settings, e.g. relearn_steps=20 bits=[8]")
+    ap.add_argument("overrides", nargs="*", help="key=value settings, e.g. relearn_steps=20 quant_schemes=[nf4,gguf_q4_0]")
     ap.add_argument("--show-config", action="store_true", help="print the resolved settings and exit")
     ap.add_argument("--help-config", action="store_true", help="list every setting with its default and meaning")
 

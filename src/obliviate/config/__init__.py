@@ -85,6 +85,11 @@ class CombineConfig:
     separate_backward: bool | None = setting(None, "forget and retain backward separately (always for rules "
                                               "other than sum; null = only when the rule needs it)")
     module_stats: bool = setting(False, "log gradient-geometry statistics per parameter tensor too")
+    gru_gamma: float = setting(0.8, "rule gru: weight of the current retain gradient in its EMA, "
+                                    "m <- gru_gamma·g_r + (1 - gru_gamma)·m (the authors' gamma_gru: 0.8, 0.9, 0.95)")
+
+    def __post_init__(self) -> None:
+        require(0 < self.gru_gamma < 1, "method.combine.gru_gamma", self.gru_gamma, "strictly between 0 and 1")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,9 @@ class MethodConfig:
     gamma: float = setting(1.0, "forget weight γ")
     alpha: float = setting(1.0, "retain weight α")
     refusals: str | None = setting(None, "file of refusal answers for idk/dpo/ap (null: the shipped TOFU list)")
+    refusal_draw: str = setting("per_access", "per_access: a fresh refusal each time a question is used, seeded by "
+                                              "(seed, step) as open-unlearning draws them | per_example: one refusal "
+                                              "per question for the whole run (closer-look seeds it by the index)")
     allow_unusual_tau: bool = setting(False, "run ASU with forget_args.tau <= 1 anyway: tau = 1 makes the teacher the "
                                         "model itself (ASU then does nothing), tau < 1 sharpens its attention "
                                         "instead of smoothing it; both are refused unless this is true")
@@ -112,6 +120,8 @@ class MethodConfig:
     def __post_init__(self) -> None:
         require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
         require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
+        require(self.refusal_draw in ("per_access", "per_example"), "method.refusal_draw", self.refusal_draw,
+                "per_access or per_example")
         check_teacher_args(self.forget_args, self.allow_unusual_tau)
 
     @property

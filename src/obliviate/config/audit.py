@@ -11,7 +11,10 @@ from obliviate.config.fields import require, setting
 
 ATTACKS: tuple[str, ...] = ("relearn", "quantize", "paraphrase", "mia")
 PROBES: tuple[str, ...] = ("paraphrased_question", "few_shot", "completion")
-BITS: tuple[int, ...] = (8, 4)
+# the names of obliviate.audit.quantize.SCHEMES (no torch here; tests/audit/test_quantize.py checks they agree)
+QUANT_SCHEMES: tuple[str, ...] = ("rtn_int8", "rtn_int4", "nf4", "fp4", "gguf_q8_0", "gguf_q4_0")
+# gguf_q8_0 is left out by default: its blocks of 32 never get a coarser step than rtn_int8's whole row
+DEFAULT_QUANT: tuple[str, ...] = ("rtn_int8", "rtn_int4", "nf4", "fp4", "gguf_q4_0")
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,10 @@ class AuditConfig:
     relearn_steps: int = setting(10, "optimizer steps of each relearning run (the retain-only control gets as many)")
     relearn_lr: float = setting(1e-4, "learning rate of the relearning runs (AdamW, constant)")
     relearn_batch_size: int = setting(4, "rows per relearning step")
-    bits: list = setting(list(BITS), "weight bit widths of the quantisation attack: 8 (per-channel) and/or 4 (grouped)")
-    group_size: int = setting(128, "input columns per 4-bit quantisation group")
+    quant_schemes: list = setting(list(DEFAULT_QUANT), "weight formats of the quantisation attack, one verdict row "
+                                  f"each, any of {', '.join(QUANT_SCHEMES)} (docs/METRICS.md §10)")
+    bits: list | None = setting(None, "retired: use quant_schemes (bits 8 and 4 were rtn_int8 and rtn_int4)")
+    group_size: int = setting(128, "input columns per rtn_int4 quantisation group")
     probes: list = setting(list(PROBES), f"indirect prompts of the paraphrase attack, any of {', '.join(PROBES)}")
     few_shot: int = setting(3, "retain QA pairs placed before the forget question in the few-shot probe")
     max_new_tokens: int = setting(48, "greedy tokens per answer")
@@ -51,7 +56,11 @@ class AuditConfig:
         require(self.relearn_steps >= 1, "audit.relearn_steps", self.relearn_steps, ">= 1")
         require(self.relearn_lr > 0, "audit.relearn_lr", self.relearn_lr, "> 0")
         require(self.relearn_batch_size >= 1, "audit.relearn_batch_size", self.relearn_batch_size, ">= 1")
-        require(all(b in BITS for b in self.bits), "audit.bits", self.bits, f"a list of {BITS}")
+        require(self.bits is None, "audit.bits", self.bits, "null (retired: set audit.quant_schemes instead; "
+                "bits=[8, 4] is quant_schemes=[rtn_int8, rtn_int4])")
+        bad = [s for s in self.quant_schemes if s not in QUANT_SCHEMES]
+        require(not bad and bool(self.quant_schemes), "audit.quant_schemes", self.quant_schemes,
+                f"a non-empty list of {QUANT_SCHEMES}")
         require(self.group_size >= 1, "audit.group_size", self.group_size, ">= 1")
         require(all(p in PROBES for p in self.probes), "audit.probes", self.probes, f"a list of {PROBES}")
         require(self.few_shot >= 1, "audit.few_shot", self.few_shot, ">= 1")

@@ -80,7 +80,7 @@ class KnowledgeDemoConfig:
                        "name -> method section, each unlearned from θ0; forget_args {tau: auto} uses the calibration")
     calibrate: CalibrateSettings = section(CalibrateSettings(), "the τ/layer sweep behind `tau: auto`")
     seed: int = setting(0, "seed of the retain/held-out split and the MCQ options")
-    audit: bool = setting(False, "attack every unlearned model afterwards (obliviate audit: relearning, int8/int4, few-shot "
+    audit: bool = setting(False, "attack every unlearned model afterwards (obliviate audit: relearning, NF4/FP4/GGUF/RTN, few-shot "
                             "and completion prompts, MIA forget vs held-out facts; θ0 = 100%, the unlearned model "
                             "before the attack = 0%)")
     output_dir: str = setting("obliviate-demo-real", "results directory")

@@ -11,8 +11,9 @@ Missing parts are allowed (their metrics are left out with a note); a source wit
 
 Scoring follows MUSE's released code: ROUGE-L F1 of rouge_score with use_stemmer=False (docs/METRICS.md §1.1's
 general ROUGE stems: pass use_stemmer=True for that), in [0, 1] (MUSE's tables print x100).
-VerbMem: greedy continuation (<= 128 new tokens) of the prompt vs the first 128 tokens of gt (MUSE's
-code counts its BOS among them, so 127 text tokens on Llama).
+VerbMem: greedy continuation (<= 128 new tokens) of the prompt vs the first 128 ids of gt as the tokenizer encodes
+it WITH its special tokens, decoded without them (MUSE's `tokenizer(gt).input_ids[:, :128]`): a tokenizer that
+adds a BOS (Llama) keeps 127 text tokens, one that adds none (GPT-2, Qwen) keeps 128.
 KnowMem: "Question: {q}\\nAnswer: {a}\\n\\n" per ICL example, then "Question: {q}\\nAnswer: ";
 the greedy answer (<= 32 new tokens, decoded and stripped) is cut at the first "\\n\\n", "\\nQuestion"
 or "Question:" (MUSE cuts before stripping: an answer opening with a blank line scores 0 there).
@@ -136,8 +137,9 @@ def fit_prompt(ids: list[int], keep: int, n_prefix: int) -> list[int]:
 
 
 def truncate_tokens(tokenizer: Any, text: str, n_tokens: int) -> str:
-    """The text of the first `n_tokens` tokens of `text` (MUSE scores VerbMem against this)."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    """`text` cut to the first `n_tokens` ids of its encoding WITH the special tokens the tokenizer adds, decoded
+    without them (MUSE's VerbMem gold): a BOS counts among the n_tokens; a text that fits is returned whole."""
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     return text if len(ids) <= n_tokens else tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
 
 

@@ -10,8 +10,9 @@ names the extra statistics the loop passes by keyword, each a TokenStats on a [B
   "hidden"             policy (and reference, if also needed) TokenStats carry the output of decoder
                        layer `layer` (the loss's own `layer` hyper-parameter), captured by a hook (RMU).
 `loop_params` are hyper-parameters the loop consumes instead of the loss: the teacher's tau and
-layers (ASU), the trainable parameters (RMU), the token scope (ME: "sequence" makes the loop label
-every real token, prompt included). `choices` lists the allowed values of string hyper-parameters;
+layers (ASU), the trainable parameters (RMU), the positions that count (`positions`, modeling.logprobs
+POSITIONS: "answer" tokens by default; ME, UNDIAL and KL may count other positions, as their reference
+code does; `last_position` makes "batch" count every logit of a row, the last one included). `choices` lists the allowed values of string hyper-parameters;
 a token-level loss's keyword `reduction` ("token" | "example", obliviate.modeling.logprobs) is
 checked without being listed.
 """
@@ -36,6 +37,7 @@ class ObjectiveSpec:
     loop_params: Mapping[str, Any] = field(default_factory=dict)
     summary: str = ""
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    last_position: bool = False
 
     def allowed(self) -> dict[str, tuple[Any, ...]]:
         """Hyper-parameters restricted to a set of values (reduction included when the loss has one)."""
@@ -76,14 +78,15 @@ RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
 
 
 def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], loop_params: Mapping[str, Any] | None,
-              choices: Mapping[str, tuple[Any, ...]] | None = None):
+              choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False):
     unknown = sorted(set(needs) - set(NEEDS))
     if unknown:
         raise ValueError(f"{name}: unknown needs {unknown}; valid: {NEEDS}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or "").strip().splitlines()
-        reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else "", dict(choices or {})))
+        reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else "", dict(choices or {}),
+                                    last_position))
         return fn
 
     return deco
@@ -95,6 +98,7 @@ def forget_objective(name: str, *, needs: tuple[str, ...] = (), loop_params: Map
     return _register(FORGET, name, needs, loop_params, choices)
 
 
-def retain_term(name: str, *, needs: tuple[str, ...] = ()):
+def retain_term(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None,
+                choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False):
     """Decorator registering a retain term (a loss to minimise on the retain batch)."""
-    return _register(RETAIN, name, needs, None)
+    return _register(RETAIN, name, needs, loop_params, choices, last_position)

@@ -117,14 +117,16 @@ def idk(policy: TokenStats, refusal: TokenStats, *, reduction: str = "token") ->
     return -refusal.mean(refusal.token_logp, reduction)
 
 
-@forget_objective("me", loop_params={"scope": "answer"}, choices={"scope": ("answer", "sequence")})
+@forget_objective("me", loop_params={"positions": "answer"},
+                  choices={"positions": ("answer", "sequence", "batch", "max_length")})
 def me(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     """Maximum entropy (Yuan et al. 2024, "A Closer Look at Machine Unlearning for LLMs"): mean KL(u ‖ p_θ).
 
     KL(uniform ‖ p) = Σ_v (1/V)·(−ln V − log p_v) = −ln V − mean_v log p_v per counted token, with
     log p_v read as log(p_v + 1e-12) as in the authors' code (finite when p_v = 0); logits
-    [B, T-1, V] -> scalar. scope (a loop parameter): "answer" counts answer tokens; "sequence"
-    makes the loop count every real token, prompt included (the authors' ME+GD runs with mask=false).
+    [B, T-1, V] -> scalar. positions (a loop parameter): "answer" counts answer tokens; "sequence" every
+    real token, prompt included; "max_length" every position of rows padded to data.max_length, padding
+    included (the authors' ME+GD runs: mask=false on rows padded with EOS to 500 tokens).
     Hand check: V = 4, p = (1/2, 1/4, 1/8, 1/8): (1/4)·(ln ½ + 0 + ln 2 + ln 2) = ln(2)/4 ≈ 0.1733.
     """
     log_p = policy.answer_log_probs()  # [N, V]
@@ -142,13 +144,15 @@ def undial_targets(reference_log_probs: Tensor, targets: Tensor, beta: float) ->
     return torch.softmax(reference_log_probs.detach() - beta * onehot, dim=-1).detach()
 
 
-@forget_objective("undial", needs=("reference",))
+@forget_objective("undial", needs=("reference",), loop_params={"positions": "answer"},
+                  choices={"positions": ("answer", "batch")})
 def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0, reduction: str = "token") -> Tensor:
     """UNDIAL (Dong et al. 2024): CE(p_θ, softmax(logits_ref − β·onehot(y_t))) on answer tokens; -> scalar.
 
     Target from the frozen reference with the gold token's logit lowered by β, detached; per token
-    −Σ_v q_v log p_θ,v (terms with q_v = 0 count 0), reduced over answer tokens. Masked positions
-    are never used to index the vocabulary nor counted. Shapes: logits [B, T-1, V], targets
+    −Σ_v q_v log p_θ,v (terms with q_v = 0 count 0), reduced over the counted positions: answer tokens, or
+    with positions "batch" (a loop parameter) every position of the padded batch, where a −100 label lowers
+    id V − 100 as open-unlearning's one-hot does. Uncounted positions never index the vocabulary. Shapes: logits [B, T-1, V], targets
     [B, T-1]. Hand check: reference uniform over V = 3, gold 0, β = ln 2 -> q = (0.2, 0.4, 0.4);
     p_θ = (½, ¼, ¼): CE = 0.2·ln 2 + 0.8·ln 4 = 1.8·ln 2 ≈ 1.2477 (a uniform p_θ gives ln V).
     """

@@ -23,12 +23,14 @@ def nll(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     return -policy.mean(policy.token_logp, reduction)
 
 
-@retain_term("kl", needs=("reference",))
+@retain_term("kl", needs=("reference",), loop_params={"positions": "answer"}, choices={"positions": ("answer", "batch")},
+             last_position=True)
 def kl(policy: TokenStats, reference: TokenStats, *, reduction: str = "token") -> Tensor:
-    """KL(p_θ0 ‖ p_θ) on retain answer tokens only (never padding/prompt); [B, T-1, V] -> scalar.
+    """KL(p_θ0 ‖ p_θ) on the counted positions of the retain batch; [B, T-1, V] -> scalar.
 
-    "token" (default) pools the batch's answer tokens, as the reference's kl_div(batchmean) pools
-    its rows (which, unlike here, include prompt and padding positions).
+    "token" (default) pools them. positions (a loop parameter): "answer" (default) counts answer tokens only;
+    "batch" every logit of the padded batch, prompt, padding and each row's last position included, as
+    open-unlearning's kl_div(batchmean) over the flattened [B·T, V] logits.
     """
     return masked_token_kl(reference, policy, reduction)
 

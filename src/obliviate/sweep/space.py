@@ -134,7 +134,8 @@ def valid_keys(methods: Mapping[str, Mapping[str, Any]]) -> list[str]:
     keys = ["seed"] + [f"train.{f.name}" for f in dataclasses.fields(TrainConfig)]
     for f in dataclasses.fields(MethodConfig):
         if f.name == "combine":
-            keys += ["method.combine.rule", "method.combine.separate_backward", "method.combine.module_stats"]
+            keys += ["method.combine.rule", "method.combine.separate_backward", "method.combine.module_stats",
+                     "method.combine.gru_gamma"]
         elif f.name not in ("forget_args", "retain_args"):
             keys.append(f"method.{f.name}")
     for raw in methods.values():

@@ -149,6 +149,7 @@ class LossPlan:
     gamma: float = 1.0
     module_stats: bool = False
     rule_state: Any = None
+    rule_params: dict[str, Any] = field(default_factory=dict)  # the rule's own settings, e.g. {"gru_gamma": 0.8}
 
 
 def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan,
@@ -293,7 +294,8 @@ def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: L
         params[i].grad = fsdp.as_param_grad(params[i], g) if sharded else g
 
     stats = combine_into(plan.rule, g_f, g_r, write, alpha=plan.alpha, gamma=plan.gamma, state=plan.rule_state,
-                         per_module_names=names, reduce=fsdp.reducer(accelerator.device) if sharded else None)
+                         per_module_names=names, reduce=fsdp.reducer(accelerator.device) if sharded else None,
+                         params=plan.rule_params)
     extra = {"stats": {k: float(v) for k, v in stats.items() if k != "modules"}}
     if "modules" in stats:
         extra["modules"] = stats["modules"]

@@ -11,12 +11,12 @@ import torch
 
 from obliviate.config import MethodConfig, TrainConfig
 from obliviate.data.pairing import batches, paired_batches, shard
-from obliviate.data.refusals import assign_refusals, load_refusals
+from obliviate.data.refusals import RefusalTwins, load_refusals
 from obliviate.data.rows import QARow, check_disjoint
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
-from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, every_token_labels, forward_stats
+from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, forward_stats, position_labels
 from obliviate.modeling.teacher import Teacher
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
@@ -41,6 +41,8 @@ class ResolvedMethod:
     rule: str
     separate: bool
     module_stats: bool
+    retain_loop_kw: dict[str, Any] = field(default_factory=dict)
+    rule_params: dict[str, Any] = field(default_factory=dict)  # the rule's own settings (gru_gamma)
 
     def needs(self) -> set[str]:
         return set(self.forget.needs) | set(self.retain.needs if self.retain else ())
@@ -53,8 +55,8 @@ class ResolvedMethod:
     def settings(self) -> dict[str, Any]:
         """The resolved hyper-parameters (defaults filled in) that decide the trajectory: the run's fingerprint."""
         return {"forget": self.forget.name, "forget_args": {**self.forget_kw, **self.loop_kw},
-                "retain": self.retain.name if self.retain else None, "retain_args": self.retain_kw, "gamma": self.gamma,
-                "alpha": self.alpha, "combine": {"rule": self.rule, "separate_backward": self.separate}}
+                "retain": self.retain.name if self.retain else None, "retain_args": {**self.retain_kw, **self.retain_loop_kw}, "gamma": self.gamma,
+                "alpha": self.alpha, "combine": {"rule": self.rule, "separate_backward": self.separate, **self.rule_params}}
 
     @property
     def needs_frozen(self) -> bool:
@@ -75,8 +77,8 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
     f = FORGET.get(m.forget)
     fkw, tkw = f.resolve(m.forget_args)
     r = RETAIN.get(m.retain) if m.retain else None
-    rkw = r.resolve(m.retain_args)[0] if r else {}
-    from obliviate.gradients import RULES
+    rkw, rloop = r.resolve(m.retain_args) if r else ({}, {})
+    from obliviate.gradients import RULES, rule_params
 
     c = m.combine
     spec = RULES.get(c.rule)  # unknown rule -> error listing valid rules
@@ -88,7 +90,8 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
         raise ConfigError(f"method.combine.rule={c.rule} combines forget and retain gradients, but method.retain "
                           "is null; set a retain term (e.g. method.retain=nll) or use rule sum")
     return ResolvedMethod(f, fkw, tkw, r, rkw, m.gamma, m.alpha,
-                          c.rule, separate, c.module_stats)
+                          c.rule, separate, c.module_stats, retain_loop_kw=rloop,
+                          rule_params=rule_params(spec, {"gru_gamma": c.gru_gamma}))
 
 
 Rows = Sequence[QARow] | Sequence[str]
@@ -140,8 +143,9 @@ class Side:
     kwargs: dict[str, Any]
     weight: float
     enc: list[Encoded]
-    refusal_enc: list[Encoded] | None = None
+    refusal_enc: RefusalTwins | None = None
     loop_kw: dict[str, Any] = field(default_factory=dict)
+    max_length: int = 0  # rows are padded to it when positions = "max_length"
     caches: dict[str, RoleCache] = field(default_factory=dict)  # θ0 stats per example (modeling/cache.py)
 
     def _frozen(self, role: str, batch: dict, mine: list[int], model: torch.nn.Module, live: Any) -> Any:
@@ -156,7 +160,7 @@ class Side:
         return cache.get(batch, mine, model, live, force_live=force)
 
     def loss(self, model: torch.nn.Module, frozen: FrozenModels | None, idx: list[int], acc: Any, pad: int,
-             step: StepShare | None = None) -> torch.Tensor:
+             step: StepShare | None = None, step_number: int = 0) -> torch.Tensor:
         """The side's loss on this rank's shard of the global micro-batch `idx`, scaled to a global mean.
 
         Example means are made global by `_shard_batch`'s factor; "token" pooling divides by the
@@ -164,13 +168,15 @@ class Side:
         1 process × batch 8 and 2 × 4, or 8 × 1 accumulated 8 ×, give the same loss.
         """
         batch, scale = _shard_batch(self.enc, idx, acc, pad)
-        kind = "targets"
-        if self.loop_kw.get("scope") == "sequence":  # ME over every real token (closer-look's mask=false)
-            batch, kind = {**batch, "labels": every_token_labels(batch)}, "sequence"
+        positions = self.loop_kw.get("positions", "answer")
+        kind = {"answer": "targets", "sequence": "sequence"}.get(positions)  # None: a mean per micro-batch
+        if positions != "answer":
+            batch = position_labels(batch, positions, pad=pad, vocab_size=_vocab_size(model), max_length=self.max_length,
+                                    last=self.spec.last_position)
         needs, extra = self.spec.needs, {}
         layer = self.kwargs.get("layer") if "hidden" in needs else None
         world = acc.num_processes
-        total = _pool_total(self.enc, step, kind, scale, world)
+        total = _pool_total(self.enc, step, kind, scale, world) if kind else None
         mine = shard(idx, acc.process_index, world)
         if "teacher" in needs:
             extra["teacher"] = self._frozen("teacher", batch, mine, model,
@@ -179,8 +185,9 @@ class Side:
             extra["reference"] = self._frozen("reference", batch, mine, model, lambda: frozen.reference_stats(
                 batch, hidden_layer=layer))  # type: ignore[union-attr]
         if self.refusal_enc is not None and ("refusal" in needs or "refusal_reference" in needs):
-            rbatch, _ = _shard_batch(self.refusal_enc, idx, acc, pad)
-            rtotal = _pool_total(self.refusal_enc, step, "targets", scale, world)
+            twins = self.refusal_enc.at(step_number)  # this optimizer step's refusals (method.refusal_draw)
+            rbatch, _ = _shard_batch(twins, idx, acc, pad)  # type: ignore[arg-type]
+            rtotal = _pool_total(twins, step, "targets", scale, world)  # type: ignore[arg-type]
             if "refusal" in needs:
                 extra["refusal"] = forward_stats(model, rbatch)
                 extra["refusal"].token_total = rtotal
@@ -236,9 +243,11 @@ def by_length(group: list[list[int]], length: Sequence[int]) -> list[list[int]]:
 
 def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int,
                lengths: tuple[Sequence[int], Sequence[int]] | None = None
-               ) -> Iterator[tuple[list[int], list[int], tuple[StepShare, StepShare]]]:
-    """Each (forget, retain) micro-batch with both sides' indices over its whole optimizer step; with `lengths`
-    (per side, per example) and accumulation, each side's micro-batches are grouped by length (`by_length`)."""
+               ) -> Iterator[tuple[list[int], list[int], tuple[StepShare, StepShare], int]]:
+    """Each (forget, retain) micro-batch with both sides' indices over its whole optimizer step and the step's number
+    (0, 1, ...); with `lengths` (per side, per example) and accumulation, each side's micro-batches are grouped by
+    length (`by_length`)."""
+    number = 0
     while True:
         group = [next(plan) for _ in range(grad_accum)]
         fs, rs = [m[0] for m in group], [m[1] for m in group]
@@ -247,7 +256,8 @@ def with_steps(plan: Iterator[tuple[list[int], list[int]]], grad_accum: int,
             rs = by_length(rs, lengths[1]) if any(rs) else rs
         f, r = [i for m in fs for i in m], [i for m in rs for i in m]
         for mf, mr in zip(fs, rs):
-            yield mf, mr, ((f, grad_accum), (r, grad_accum))
+            yield mf, mr, ((f, grad_accum), (r, grad_accum)), number
+        number += 1
 
 
 def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | None) -> Iterator[list[int]]:
@@ -265,16 +275,16 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
                           "text; use a QA split or an objective without refusals (e.g. npo, ga, rmu, asu)")
     refusals = load_refusals(method.refusals) if rm.needs_refusals else None
 
-    def refusal_twins(rows: Sequence[QARow], stream: int) -> list[Encoded]:
-        answers = assign_refusals(len(rows), refusals, seed * 7 + stream)  # type: ignore[arg-type]
-        return [encode_qa(tokenizer, r.question, a, max_length) for r, a in zip(rows, answers)]
+    def refusal_twins(rows: Sequence[QARow], stream: int) -> RefusalTwins:
+        return RefusalTwins(lambda q, a: encode_qa(tokenizer, q, a, max_length), [r.question for r in rows],
+                            refusals, seed * 7 + stream, method.refusal_draw)  # type: ignore[arg-type]
 
     forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length),
-                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw))
+                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length)
     if rm.retain is None:
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
-                  refusal_twins(retain_rows, 1) if refusals else None)
+                  refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length)
     budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16)
     add_caches(budget, forget, retain, pool=pool, teacher=json.dumps(rm.teacher_kw, sort_keys=True, default=str))
     return forget, retain
@@ -289,11 +299,13 @@ def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = Non
         if side is None:
             continue
         needs = side.spec.needs
+        if side.loop_kw.get("positions", "answer") != "answer":
+            continue  # stats at padding positions depend on the batch's width: no per-example cache
         roles = [r for r in ("teacher", "reference") if r in needs and not (r == "reference" and "hidden" in needs)]
-        if "refusal_reference" in needs and side.refusal_enc is not None:
+        if "refusal_reference" in needs and side.refusal_enc is not None and side.refusal_enc.draw == "per_example":
             roles.append("refusal_reference")
         for role in roles:
-            enc = side.refusal_enc if role == "refusal_reference" else side.enc
+            enc = side.refusal_enc.fingerprint_rows() if role == "refusal_reference" else side.enc
             key = (n, role, side.spec.name, teacher if role == "teacher" else "", budget.mode, budget.topk,
                    budget.bf16, hash(tuple(tuple(e.input_ids) for e in enc)))  # type: ignore[union-attr]
             if pool is not None and key in pool:
@@ -349,6 +361,13 @@ def select_trainable(model: torch.nn.Module, params: str | Sequence[str], layers
     return sorted(names[id(p)] for p in picked)
 
 
+def _vocab_size(model: torch.nn.Module) -> int:
+    """The output vocabulary size V of a (DDP-, PEFT- or FSDP-wrapped) causal LM: its config's vocab_size."""
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    return int(inner.config.vocab_size)
+
+
 def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tuple[dict, float]:
     """This rank's collated share of a global micro-batch and the factor making rank means global."""
     mine = shard(idx, acc.process_index, acc.num_processes)
@@ -383,11 +402,13 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(fside.enc), global_batch, train)
     opt, sched = make_optimizer(model, train, steps)
-    data = {"forget": fside.enc, "retain": rside.enc if rside else [], "forget_refusals": fside.refusal_enc or [],
-            "retain_refusals": (rside.refusal_enc if rside else None) or []}
+    data = {"forget": fside.enc, "retain": rside.enc if rside else [],
+            "forget_refusals": fside.refusal_enc.fingerprint_rows() if fside.refusal_enc else [],
+            "retain_refusals": rside.refusal_enc.fingerprint_rows() if rside and rside.refusal_enc else []}
     fp = partial(fingerprint, "unlearn", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data=data,
-                 method={**rm.settings(), "cache": _cache_trajectory(method)})
+                 method={**rm.settings(), "cache": _cache_trajectory(method),
+                         **({"refusal_draw": method.refusal_draw} if rm.needs_refusals else {})})
     fp = _now(fp, train)  # θ0's weights, read before prepare shards them
     model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
@@ -397,13 +418,13 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
 
     def compute(micro: tuple[list[int], list[int], tuple[StepShare, StepShare]], part: str) -> tuple[float, torch.Tensor]:
         side, idx, step = (fside, micro[0], micro[2][0]) if part == "forget" else (rside, micro[1], micro[2][1])
-        return side.weight, side.loss(model, frozen, idx, acc, pad, step)  # type: ignore[union-attr]
+        return side.weight, side.loss(model, frozen, idx, acc, pad, step, micro[3])  # type: ignore[union-attr]
 
     from obliviate.gradients import RULES, RuleState
 
     loss_plan = LossPlan(parts=("forget", "retain") if rm.retain else ("forget",), compute=compute, rule=rm.rule,
                          separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
-                         rule_state=RuleState() if rm.separate else None)
+                         rule_state=RuleState() if rm.separate else None, rule_params=rm.rule_params)
     name = f"unlearn {method.forget}" + (f"+{rm.rule}" if RULES.get(rm.rule).separate else "")
     if monitor is not None and _sharded(model):
         raise ConfigError("evaluation during training (eval.every_steps) is not supported with FSDP: the sharded "
