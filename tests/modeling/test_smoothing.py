@@ -167,10 +167,27 @@ def test_eager_and_sdpa_agree_when_smoothed(arch: str) -> None:
     assert (valid(batch, eager - logits(build(arch, "eager"), batch))).abs().max() > 1e-3
 
 
-def test_flex_attention_smoothing_matches_eager() -> None:
-    """flex_attention runs on the CPU too (transformers compiles it with torch.compile: ~40 s here, once per distinct
-    scaling): τ = 1 is the stock flex model bit for bit, and τ = 2.5 on layer [0] and on every layer gives eager's
-    smoothed logits (eager itself is checked against hand-written attention above)."""
+@pytest.fixture
+def flex_without_a_compiler(monkeypatch):
+    """transformers runs flex_attention and builds its block mask through torch.compile (Inductor, which needs a C++
+    compiler on a CPU); the test compiles flex_attention with dynamo's "eager" backend and builds the mask
+    uncompiled instead: the same semantics, no compiler needed."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from transformers import masking_utils
+    from transformers.integrations import flex_attention as wrapped
+
+    monkeypatch.setattr(masking_utils, "create_block_mask",
+                        lambda *a, _compile=False, **k: create_block_mask(*a, _compile=False, **k))
+
+    monkeypatch.setattr(wrapped.WrappedFlexAttention, "_is_flex_compiled", True)
+    monkeypatch.setattr(wrapped.WrappedFlexAttention, "training", False, raising=False)
+    monkeypatch.setattr(wrapped.WrappedFlexAttention, "_compiled_flex_attention",
+                        staticmethod(torch.compile(flex_attention, backend="eager")))
+
+
+def test_flex_attention_smoothing_matches_eager(flex_without_a_compiler) -> None:
+    """flex_attention runs on the CPU too: τ = 1 is the stock flex model bit for bit, and τ = 2.5 on layer [0] and on
+    every layer gives eager's smoothed logits (eager itself is checked against hand-written attention above)."""
     batch = make_batch()
     flex, eager = build("llama", "flex_attention"), build("llama", "eager")
     stock = logits(flex, batch)
