@@ -186,19 +186,24 @@ def _summary(step: dict[str, Any]) -> str:
 def run_continual(model: torch.nn.Module, tokenizer: Any, requests: list[list[QARow]], retain_rows: Sequence[QARow],
                   method: MethodConfig, train: TrainConfig, *, eval_fn: EvalFn | None = None, max_length: int = 256,
                   log: Callable[[str], Any] = print, config: ContinualConfig | None = None,
-                  accelerator: Any = None) -> ContinualResult:
-    """Unlearn the requests in order, each from the previous result as θ0 (docs/METHODS.md §1.5)."""
+                  accelerator: Any = None, tracking: Any = None) -> ContinualResult:
+    """Unlearn the requests in order, each from the previous result as θ0 (docs/METHODS.md §1.5). With trackers
+    (train.report_to; `tracking`: train/tracking.py), each request is a run of its own in a sub-directory."""
+    from obliviate.train.tracking import plan
+
     cfg = config or ContinualConfig()
     _check_requests(requests, retain_rows, eval_fn is None)
     evaluate = eval_fn or default_eval(tokenizer, retain_rows, cfg, max_length)
     result, start, n = ContinualResult(n_requests=len(requests)), time.perf_counter(), len(requests)
+    tracking = tracking if tracking is not None else plan(train, name=method.label)
     for i, rows in enumerate(requests):
         log(f"continual: request {i + 1}/{n}: forgetting {len(rows)} rows; θ0 = "
             + (f"the model after request {i}" if i else "the starting model"))
         if i and has_adapters(model):  # LoRA's θ0 is adapters-off: it must be the model after request i
             rebase_adapters(model)
         res = unlearn(model, tokenizer, rows, retain_rows, method, _request_train(train, i),
-                      max_length=max_length, accelerator=accelerator)
+                      max_length=max_length, accelerator=accelerator,
+                      tracking=tracking.request(i + 1) if tracking is not None else None)
         _release(accelerator)
         result.histories.append(res.history)
         result.seconds.append(res.seconds)

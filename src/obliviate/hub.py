@@ -34,6 +34,11 @@ def looks_like_repo_id(text: str) -> bool:
     return bool(_REPO_ID.fullmatch(text)) and ".." not in text and not text.endswith(".") and len(text) <= 96
 
 
+def is_owner_name(text: str) -> bool:
+    """`owner/name` exactly, as a repository to push to is named (`looks_like_repo_id` with the owner required)."""
+    return looks_like_repo_id(text) and str(text).count("/") == 1
+
+
 def _endpoint() -> tuple[str, int]:
     """(host, port) a hub request first connects to: the HTTPS/HTTP proxy if one is set, else the endpoint."""
     url = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)

@@ -4,7 +4,7 @@ One function (`preflight_unlearn`) runs them in one order, so `validate` rejects
 would reject before its first step, with the same message: output location, method and hyper-parameters,
 data splits, every model path (config and safetensors, no weights loaded), the teacher's layers against
 the model's layer count (read from config.json), RMU's forget and retain layers (one layer, as WMDP's code),
-evaluation splits and models, the checkpoint directory.
+evaluation splits and models, the checkpoint directory, the trackers (train.report_to).
 """
 from __future__ import annotations
 
@@ -25,12 +25,14 @@ from obliviate.modeling.sources import (
     layer_count,
     model_config,
 )
+from obliviate.train import tracking
 
 
 def input_paths(cfg: RunConfig) -> dict[str, Any]:
     """Every path an unlearning run reads, by config key (an overwritten output_dir must not contain one)."""
     return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "data.source": cfg.data.source,
             "eval.source": cfg.eval.source, "eval.retain_model": cfg.eval.retain_model,
+            "eval.retain_reference": cfg.eval.retain_reference,
             "eval.embedding_model": cfg.eval.embedding_model, "eval.nli_model": cfg.eval.nli_model,
             "muse.source": cfg.muse.source, "muse.retrain_model": cfg.muse.retrain_model,
             "method.refusals": cfg.method.refusals, "train.checkpoint_dir": cfg.train.checkpoint_dir}
@@ -125,10 +127,11 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
     from obliviate.eval.tofu import perturbed_count
 
     ev = cfg.eval
-    splits = load_eval_splits(source, ev)
+    splits = load_eval_splits(source, ev, cfg.data.fields)
     lines = ["eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items())]
     if ev.holdout_split and ev.memorization and "forget" in splits:
-        lines[0] += f", holdout {len(load_split(ev.source or source, ev.holdout_split))}"
+        holdout = load_split(ev.source or source, ev.holdout_split, None if ev.source else cfg.data.fields)
+        lines[0] += f", holdout {len(holdout)}"
     if ev.retain_model:
         if "forget" not in splits:
             raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a "
@@ -137,10 +140,21 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
         if k is None:
             raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
         lines.append("eval retain model: " + check_model_source(ev.retain_model, "eval.retain_model"))
+    if ev.retain_reference:
+        lines.append(_reference_line(ev, splits))
     if ev.closer_look or ev.protocol == "closer_look":
         check_optional_model(ev.embedding_model, "eval.embedding_model")
         check_optional_model(ev.nli_model, "eval.nli_model")
     return lines
+
+
+def _reference_line(ev: Any, splits: dict[str, list]) -> str:
+    """eval.retain_reference: the forget split gives truth ratios and the log holds one per row (a line for
+    `validate`)."""
+    from obliviate.eval.retain_reference import retain_reference_truth_ratios
+
+    n = len(retain_reference_truth_ratios(ev, splits))
+    return f"eval retain reference: {ev.retain_reference} ({n} forget truth ratios)"
 
 
 def _check_muse_eval(cfg: RunConfig) -> list[str]:
@@ -165,8 +179,8 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     source = need(cfg.data.source, "data.source", "<data dir or hub id>")
     rm = resolve_method(cfg.method)  # unknown names / keys fail before any loading
     _check_methods_data(cfg, rm)
-    forget = load_data(source, cfg.data.format, [cfg.data.forget_split])
-    retain = load_data(source, cfg.data.format, [cfg.data.retain_split])
+    forget = load_data(source, cfg.data.format, [cfg.data.forget_split], cfg.data.fields)
+    retain = load_data(source, cfg.data.format, [cfg.data.retain_split], cfg.data.fields)
     if cfg.data.format == "qa":
         from obliviate.data.rows import check_disjoint
 
@@ -193,6 +207,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     elif cfg.eval.enabled and cfg.muse.source:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    lines += tracking.check(cfg.train, cfg.output_dir)
     if cfg.train.compile:
         from obliviate.train.switches import check_backend
 
@@ -276,7 +291,7 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
     if need_output or cfg.output_dir:
         check_output_dir(need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite, finetune_inputs(cfg))
     source = need(cfg.data.source, "data.source", "<data dir or hub id>")
-    rows = load_data(source, cfg.data.format, list(cfg.data.splits))
+    rows = load_data(source, cfg.data.format, list(cfg.data.splits), cfg.data.fields)
     path = need(cfg.model.path, "model.path", "tiny")
     lines = [f"data: {len(rows)} {'rows' if cfg.data.format == 'qa' else 'documents'} from "
              f"{', '.join(map(str, cfg.data.splits))}"]
@@ -287,13 +302,15 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
     if cfg.model.tokenizer:
         lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    lines += tracking.check(cfg.train, cfg.output_dir)
     return rows, lines
 
 
 def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
     """Every path `obliviate eval` reads, by config key."""
     return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "eval.source": cfg.eval.source,
-            "eval.retain_model": cfg.eval.retain_model, "muse.source": cfg.muse.source,
+            "eval.retain_model": cfg.eval.retain_model, "eval.retain_reference": cfg.eval.retain_reference,
+            "muse.source": cfg.muse.source,
             "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
 
 
@@ -310,6 +327,8 @@ def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[dic
         source = need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
         splits = load_eval_splits(source, cfg.eval)
         lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+        if cfg.eval.retain_reference:
+            lines.append(_reference_line(cfg.eval, splits))
     lines.append("model: " + check_model_source(need(cfg.model.path, "model.path", "<model dir or hub id>"),
                                                 "model.path"))
     for key in ("eval.retain_model", "muse.retrain_model"):

@@ -38,11 +38,13 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                            num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
     else:
         model, tok = load_model(cfg.model)
-    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length)
+    track = runs.tracking(cfg, "finetune")  # train.report_to: None without trackers
+    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length, tracking=track)
     if not runs.main_process():
         return {}
     with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
         save_model(out, saveable(model, cfg.model), tok)
         runs.write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
+        runs.keep_logs(out, track)
     print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
     return {"history": res.history}

@@ -1,5 +1,5 @@
 """What the run commands (unlearn, finetune, eval, calibrate) share: the main process, writing a run directory,
-the TOFU evaluation after a run, the evaluation during training, a loaded model's layer count."""
+the trackers, the TOFU evaluation after a run, the evaluation during training, a loaded model's layer count."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,15 +40,32 @@ def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
         print(console_table(results))
 
 
+def tracking(cfg: Any, label: str) -> Any:
+    """The trackers of a run command (train.report_to; None without), named after output_dir (else `label`), with
+    the whole resolved config; without train.tracking_dir they write beside output_dir, see `keep_logs`."""
+    from obliviate.train.tracking import plan, staging_dir
+
+    return plan(cfg.train, name=Path(cfg.output_dir).name or label, directory=staging_dir(cfg.output_dir),
+                config=cfg, staged=True)
+
+
+def keep_logs(out: Path, track: Any) -> None:
+    """Move the trackers' staging directory (train.tracking_dir null) into the run's output as logs/."""
+    if track is not None and track.staged and Path(track.directory).is_dir():
+        Path(track.directory).rename(out / "logs")
+
+
 def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
-              splits: dict[str, list] | None = None) -> dict[str, Any]:
+              splits: dict[str, list] | None = None, fields: dict | None = None) -> dict[str, Any]:
     """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
-    gives forget quality, PrivLeak's retrained reference and the MIA reference model."""
+    gives forget quality, PrivLeak's retrained reference and the MIA reference model; eval.retain_reference (a retain
+    model's evaluation log) gives forget quality alone."""
+    from obliviate.eval.retain_reference import retain_reference_truth_ratios
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
     from obliviate.modeling import chat
     from obliviate.modeling.load import load_pretrained
 
-    splits = load_eval_splits(source, cfg) if splits is None else splits
+    splits = load_eval_splits(source, cfg, fields) if splits is None else splits
     retain_tr = retain_model = None
     if cfg.retain_model:
         if "forget" not in splits:
@@ -58,9 +75,14 @@ def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
         retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
         if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
             retain_model = None
-    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model)
+    elif cfg.retain_reference:
+        retain_tr = retain_reference_truth_ratios(cfg, splits)
+    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model,
+                             fields=fields)
     if cfg.retain_model and retain_model is None:
         metrics["notes"].append("retain model has another tokenizer: not used as PrivLeak / MIA reference")
+    if cfg.retain_reference:
+        metrics["notes"].append(f"forget_quality against the retain model's forget truth ratios in {cfg.retain_reference}")
     fr = splits.get("forget", [])
     return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
 

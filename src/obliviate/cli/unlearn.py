@@ -1,5 +1,5 @@
 """`obliviate unlearn`: pre-flight, load θ0, unlearn the forget split (once, or as continual requests), evaluate,
-save the model with its config, metrics, receipt and model card; optionally audit it."""
+save the model with its config, metrics, receipt and model card; optionally audit it and push it to the Hub."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,10 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     from obliviate.train.unlearn import unlearn
 
     plan = preflight_unlearn(cfg)
+    if cfg.hub.push:  # no token / offline: say so now, not after the training
+        from obliviate.publish import check_ready
+
+        check_ready()
     forget, retain, source = plan.forget, plan.retain, cfg.data.source
     model, tok = load_model(cfg.model)
     from obliviate.receipt import model_hashes, write_receipt
@@ -36,14 +40,15 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     n_layers = runs.model_layers(model)
     if plan.n_layers is None and n_layers is not None:  # no config.json to read before (e.g. a hub id not cached)
         check_method_layers(cfg.method, plan.method, n_layers)
+    track = runs.tracking(cfg, cfg.method.label)  # train.report_to: None without trackers
     if cfg.continual.enabled:
-        metrics = _continual(model, tok, forget, retain, cfg)
+        metrics = _continual(model, tok, forget, retain, cfg, track)
         if not runs.main_process():
             return {}
     else:
         monitor = runs.monitor(model, tok, source, cfg)
         res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
-                      monitor=monitor)
+                      monitor=monitor, tracking=track)
         if not runs.main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
             return {}
         metrics = {"history": res.history, "train_seconds": res.seconds}
@@ -54,7 +59,7 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         if res.module_stats:
             metrics["module_stats"] = res.module_stats
     if cfg.eval.enabled and cfg.data.format == "qa":
-        metrics.update(runs.evaluate(model, tok, source, cfg.eval, cfg.data.max_length))
+        metrics.update(runs.evaluate(model, tok, source, cfg.eval, cfg.data.max_length, fields=cfg.data.fields))
     elif cfg.eval.enabled and cfg.muse.source:
         from obliviate.eval.runner import evaluate_muse_run
 
@@ -62,12 +67,29 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     with atomic_dir(cfg.output_dir, cfg.overwrite, input_paths(cfg)) as out:
         save_model(out, saveable(model, cfg.model), tok)
         runs.write_run(out, cfg, metrics, cfg.method.label)
+        runs.keep_logs(out, track)
         write_receipt(out, cfg, tok, forget, retain, theta0, metrics)  # + README.md model card
     print(f"saved to {cfg.output_dir} (verify with: obliviate verify {Path(cfg.output_dir) / 'receipt.json'} "
           f"{cfg.output_dir})")
     if cfg.audit.enabled:
         metrics["audit"] = _audit_run(cfg)
+    if cfg.hub.push:  # after the audit, so that the receipt pushed carries its verdict
+        _push_run(cfg)
     return metrics
+
+
+def _push_run(cfg: RunConfig) -> None:
+    """hub.push: upload the saved output as `obliviate push` does; a failure says the run itself is saved."""
+    from obliviate.errors import ObliviateError
+    from obliviate.publish import push
+
+    h = cfg.hub
+    try:
+        url = push(cfg.output_dir, h.repo_id or "", private=h.private, revision=h.revision)
+    except ObliviateError as exc:
+        raise ObliviateError(f"{exc}. The run itself succeeded and is saved in {cfg.output_dir}; push it later with "
+                             f"`obliviate push {cfg.output_dir} --repo-id {h.repo_id}`") from None
+    print(f"pushed {cfg.output_dir} to {h.repo_id}: {url}")
 
 
 def _audit_run(cfg: RunConfig) -> dict[str, Any]:
@@ -83,7 +105,7 @@ def _audit_run(cfg: RunConfig) -> dict[str, Any]:
     return summary
 
 
-def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig) -> dict[str, Any]:
+def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig, track: Any = None) -> dict[str, Any]:
     """Unlearn the forget split as a sequence of requests, each from the previous result (docs/METHODS.md §1.5)."""
     import dataclasses
 
@@ -96,7 +118,7 @@ def _continual(model: Any, tok: Any, forget: list, retain: list, cfg: RunConfig)
     main = make_accelerator(cfg.train).is_main_process
     res = run_continual(model, tok, reqs, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
                         config=cfg.continual, eval_fn=None if main else (lambda m, i, seen: {}),
-                        log=print if main else (lambda s: None))
+                        log=print if main else (lambda s: None), tracking=track)
     table = continual_table(res)
     if main:
         print(table)

@@ -15,9 +15,11 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from obliviate.columns import check_fields
 from obliviate.config.audit import AuditConfig
 from obliviate.config.fields import require, section, setting
 from obliviate.errors import ConfigError
+from obliviate.hub import is_owner_name
 from obliviate.modeling.chat import check_format
 from obliviate.modeling.teacher import check_teacher_args
 from obliviate.strict_yaml import safe_load
@@ -73,10 +75,23 @@ class DataConfig:
     retain_split: str = setting("retain90", "data to keep (must not share questions with the forget split)")
     max_length: int = setting(256, "max tokens per example; the prompt is kept, the answer cut at the right")
     format: str = setting("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
+    fields: dict = setting({}, "the data's own column names for obliviate's fields (qa), e.g. "
+                               "{question: prompt, answer: response}; unset fields keep their names")
 
     def __post_init__(self) -> None:
         require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
         require(self.format in ("qa", "text"), "data.format", self.format, "qa or text")
+        _check_fields(self.fields, self.format)
+
+
+def _check_fields(fields: Any, fmt: str, key: str = "data.fields") -> None:
+    """data.fields: a valid column mapping, for QA data only (raw text reads each row's "text")."""
+    try:
+        check_fields(fields, key)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if fields and fmt != "qa":
+        raise ConfigError(f"{key} maps QA columns, but data.format is {fmt!r}; drop {key} (raw text reads 'text')")
 
 
 @dataclass(frozen=True)
@@ -135,6 +150,9 @@ def method_label(forget: Any, retain: Any, rule: Any = "sum") -> str:
     return "+".join(str(x) for x in (forget, retain, None if rule in (None, "sum") else rule) if x)
 
 
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # train.report_to: accelerate's tracker names
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -179,6 +197,19 @@ class TrainConfig:
                                              "memory, ~1/3 more compute, same math)")
     compile: bool = setting(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
     compile_backend: str = setting("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
+    report_to: str | list = setting("none", "experiment trackers that get every optimizer step's history entry (its "
+                                     "metrics.json values) through accelerate: none | tensorboard | wandb | mlflow | "
+                                     "trackio, or a list of them; wandb, mlflow and trackio need their package "
+                                     "(pip install wandb)")
+    tracking_dir: str | None = setting(None, "where the trackers write (TensorBoard's event files, wandb's local files), "
+                                       "in a sub-directory per run (run_name), so runs can share it; null: "
+                                       "<output_dir>/logs for unlearn and finetune (.<output_dir name>.logs beside "
+                                       "it while training, moved in with the run), ./logs/<run_name> when the "
+                                       "library is called directly")
+    tracking_project: str = setting("obliviate", "the trackers' project: wandb / trackio project, MLflow experiment, "
+                                                 "TensorBoard's sub-directory of tracking_dir")
+    run_name: str | None = setting(None, "the run's name in the trackers; null: output_dir's last part (the method "
+                                         "label when there is none)")
 
     def __post_init__(self) -> None:
         require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
@@ -196,6 +227,17 @@ class TrainConfig:
         schedulers = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
         require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")
         require(self.resume in ("auto", "never", "require"), "train.resume", self.resume, "auto, never or require")
+        _ = self.trackers  # an unknown tracker name is a ConfigError listing the known ones
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The trackers train.report_to names (none: an empty tuple), in its order, each once."""
+        names = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to)
+        names = [] if names == ["none"] else names
+        for name in names:
+            require(name in TRACKERS, "train.report_to", self.report_to,
+                    f"none or one or a list of {', '.join(TRACKERS)}")
+        return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -207,6 +249,9 @@ class EvalConfig:
     real_authors_split: str | None = setting("real_authors_perturbed", "real-authors split (3 perturbed answers)")
     world_facts_split: str | None = setting("world_facts_perturbed", "world-facts split (3 perturbed answers)")
     retain_model: str | None = setting(None, "model trained without the forget set (for forget_quality)")
+    retain_reference: str | None = setting(None, "open-unlearning's evaluation log of a retain model (its "
+                                           "TOFU_EVAL.json): forget_quality from the per-row forget truth ratios "
+                                           "it holds, without the retain model (not with eval.retain_model)")
     max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
     batch_size: int = setting(32, "evaluation batch size (generation rows; answers scored per forward)")
     max_examples: int | None = setting(None, "evaluate only the first N rows of each split (quick looks)")
@@ -239,6 +284,9 @@ class EvalConfig:
         require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
         require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
         require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
+        require(not (self.retain_model and self.retain_reference), "eval.retain_reference", self.retain_reference,
+                "null when eval.retain_model is set: forget quality takes one reference, the retain model or "
+                "its evaluation log")
         require(self.protocol in ("tofu", "closer_look"), "eval.protocol", self.protocol, "tofu or closer_look")
         require(self.token_rule in ("open_unlearning", "all_tokens"), "eval.token_rule", self.token_rule,
                  "open_unlearning or all_tokens")
@@ -301,6 +349,21 @@ class ContinualConfig:
 
 
 @dataclass(frozen=True)
+class HubConfig:
+    push: bool = setting(False, "upload the saved model, its model card and receipt to the Hugging Face Hub after a "
+                                "successful run (as `obliviate push`; token: HF_TOKEN or `hf auth login`)")
+    repo_id: str | None = setting(None, "owner/name of the model repository (created when missing); needed for push")
+    private: bool = setting(False, "create the repository private (an existing one keeps its visibility)")
+    revision: str | None = setting(None, "branch to push to, created when missing (null: main)")
+
+    def __post_init__(self) -> None:
+        require(not self.push or bool(self.repo_id), "hub.repo_id", self.repo_id,
+                "set to owner/name when hub.push is true (e.g. hub.repo_id=my-org/llama-forget10)")
+        require(self.repo_id is None or is_owner_name(self.repo_id), "hub.repo_id", self.repo_id,
+                "owner/name (letters, digits, '-', '_', '.'), e.g. my-org/llama-forget10")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = section(ModelConfig(), "starting model")
     data: DataConfig = section(DataConfig(), "forget / retain data")
@@ -314,6 +377,8 @@ class RunConfig:
     audit: AuditConfig = section(AuditConfig(), "attack the saved model after the run (obliviate audit; data.format "
                                                 "qa): audit.enabled=true writes output_dir/audit and the verdict "
                                                 "into receipt.json")
+    hub: HubConfig = section(HubConfig(), "share the saved model on the Hugging Face Hub after the run "
+                                          "(hub.push=true, hub.repo_id=owner/name; as `obliviate push`)")
     output_dir: str = setting("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = setting(False, "replace an existing output_dir (otherwise it is an error)")
 
@@ -339,6 +404,11 @@ class FinetuneDataConfig:
     splits: list = setting(["full"], "splits to train on together, e.g. [retain90, real_authors, world_facts]")
     max_length: int = setting(256, "max tokens per example")
     format: str = setting("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
+    fields: dict = setting({}, "the data's own column names for obliviate's fields (qa), e.g. "
+                               "{question: prompt, answer: response}")
+
+    def __post_init__(self) -> None:
+        _check_fields(self.fields, self.format)
 
 
 @dataclass(frozen=True)
@@ -363,9 +433,19 @@ class McqEvalConfig:
     max_examples: int | None = setting(None, "first N questions")
     lm_eval_tasks: list = setting([], "lm-evaluation-harness tasks to run as well, e.g. [wmdp_bio, mmlu] (extra: lm-eval)")
     lm_eval_limit: int | None = setting(None, "lm-eval's limit per task")
+    lm_eval_num_fewshot: int | None = setting(None, "lm-eval's few-shot examples per question (SAGO reports 5-shot "
+                                                    "MMLU); null: each task's own default (0 for wmdp and mmlu)")
+    lm_eval_batch_size: int = setting(8, "lm-eval's batch size")
+    lm_eval_include_path: str | None = setting(None, "a folder of your own lm-eval task YAML files (tasks it defines "
+                                                     "can be named in lm_eval_tasks)")
 
     def __post_init__(self) -> None:
         require(self.target in ("letter", "text"), "mcq.target", self.target, "letter or text")
+        require(self.lm_eval_num_fewshot is None or self.lm_eval_num_fewshot >= 0, "mcq.lm_eval_num_fewshot",
+                self.lm_eval_num_fewshot, ">= 0 or null")
+        require(self.lm_eval_batch_size >= 1, "mcq.lm_eval_batch_size", self.lm_eval_batch_size, ">= 1")
+        require(self.lm_eval_limit is None or self.lm_eval_limit >= 1, "mcq.lm_eval_limit", self.lm_eval_limit,
+                ">= 1 or null")
 
 
 @dataclass(frozen=True)

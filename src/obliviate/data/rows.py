@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from obliviate.columns import FIELDS, Fields, check_fields  # noqa: F401 (re-exported)
 from obliviate.errors import DataError
 
 Span = tuple[int, int]
@@ -68,7 +69,9 @@ def _need_str(rec: dict, key: str, where: str, optional: bool = False) -> str | 
     if key not in rec or rec[key] is None:
         if optional:
             return None
-        raise DataError(f"{where}: missing field {key!r} (every row needs 'question' and 'answer')")
+        raise DataError(f"{where}: missing field {key!r} (every row needs 'question' and 'answer'); its columns: "
+                        f"{', '.join(map(str, rec)) or 'none'}. Other column names? Map them with data.fields, "
+                        "e.g. data.fields={question: prompt, answer: response}")
     val = rec[key]
     if not isinstance(val, str):
         raise DataError(f"{where}: field {key!r} must be a string, got {type(val).__name__}")
@@ -89,10 +92,24 @@ def _spans(rec: dict, key: str, answer: str, where: str) -> tuple[Span, ...]:
     return spans
 
 
-def row_from_record(rec: Any, where: str) -> QARow:
-    """Validate one raw record (a dict in TOFU field names) and build a QARow."""
+def map_fields(rec: Any, fields: Fields | None, where: str) -> Any:
+    """The record with its columns renamed to obliviate's fields (`fields`: field -> column); a mapped column the
+    record lacks is a DataError listing the columns it has."""
+    if not fields or not isinstance(rec, dict):
+        return rec
+    for ours, theirs in fields.items():
+        if theirs not in rec:
+            raise DataError(f"{where}: data.fields maps {ours!r} to column {theirs!r}, which the data lacks; its "
+                            f"columns: {', '.join(map(str, rec)) or 'none'}")
+    return {**rec, **{ours: rec[theirs] for ours, theirs in fields.items()}}
+
+
+def row_from_record(rec: Any, where: str, fields: Fields | None = None) -> QARow:
+    """Validate one raw record (a dict in TOFU field names, or in the data's own names mapped by `fields`) and build
+    a QARow."""
     if not isinstance(rec, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    rec = map_fields(rec, fields, where)
     question = _need_str(rec, "question", where)
     answer = _need_str(rec, "answer", where)
     perturbed = rec.get("perturbed_answer") or []
@@ -156,9 +173,22 @@ def parse_file(path: str | Path, parse: Callable[[Any, str], T], empty: str) -> 
     return items
 
 
-def load_file(path: str | Path) -> list[QARow]:
-    """QA rows of one JSONL / JSON file; an empty file is an error."""
-    return parse_file(path, row_from_record, "the split is empty; it needs at least one question/answer row")
+def load_file(path: str | Path, fields: Fields | None = None) -> list[QARow]:
+    """QA rows of one JSONL / JSON file (columns renamed by `fields`); an empty file is an error."""
+    return parse_file(path, lambda rec, where: row_from_record(rec, where, fields),
+                      "the split is empty; it needs at least one question/answer row")
+
+
+def rows_from(data: Any, fields: Fields | None = None, what: str = "rows") -> list[QARow]:
+    """QA rows of in-memory data: QARows as they are, or records (a `datasets.Dataset`, a list of dicts) validated
+    with their columns renamed by `fields`. The Python API's way in for data that is not in files."""
+    items = list(data)
+    if not items:
+        raise DataError(f"{what}: no rows; give at least one question/answer row")
+    if all(isinstance(r, QARow) for r in items):
+        return items
+    return [row_from_record(dict(r) if isinstance(r, Mapping) else r, f"{what} row {i}", fields)
+            for i, r in enumerate(items)]
 
 
 BUILTIN_SOURCES = {"tofu": "TOFU (Maini et al. 2024, MIT licence), every split of locuslab/TOFU"}
@@ -191,7 +221,7 @@ def split_file(directory: Path, split: str) -> Path:
                     f"splits there: {have}")
 
 
-def load_hub(repo_id: str, split: str) -> list[QARow]:
+def load_hub(repo_id: str, split: str, fields: Fields | None = None) -> list[QARow]:
     """Rows of config `split` of a hub dataset (e.g. locuslab/TOFU, forget10) via datasets.load_dataset."""
     from obliviate.hub import require_hub
 
@@ -203,23 +233,24 @@ def load_hub(repo_id: str, split: str) -> list[QARow]:
     except Exception as exc:  # network, unknown config, ... all become one clear message
         raise DataError(f"could not load {repo_id!r} config {split!r} from the hub: {exc}. "
                         "Offline? Point data.source at a local directory of <split>.jsonl files instead.") from None
-    rows = [row_from_record(dict(rec), f"{repo_id}/{split} row {i}") for i, rec in enumerate(ds)]
+    rows = [row_from_record(dict(rec), f"{repo_id}/{split} row {i}", fields) for i, rec in enumerate(ds)]
     if not rows:
         raise DataError(f"{repo_id}/{split}: the split is empty")
     return rows
 
 
-def load_split(source: str | Path, split: str | None = None) -> list[QARow]:
-    """Rows of `split` from a shipped data set (`tofu`), a file, a TOFU-style directory, or a hub dataset id."""
+def load_split(source: str | Path, split: str | None = None, fields: Fields | None = None) -> list[QARow]:
+    """Rows of `split` from a shipped data set (`tofu`), a file, a TOFU-style directory, or a hub dataset id; the
+    data's columns renamed to obliviate's fields by `fields` (data.fields)."""
     path = Path(resolve_source(source))
     if path.is_file():
-        return load_file(path)
+        return load_file(path, fields)
     if path.is_dir():
         if not split:
             raise DataError(f"{path} is a directory: name a split in it (e.g. forget10)")
-        return load_file(split_file(path, split))
+        return load_file(split_file(path, split), fields)
     if str(source).count("/") == 1 and not str(source).startswith((".", "/")) and split:
-        return load_hub(str(source), split)
+        return load_hub(str(source), split, fields)
     raise DataError(f"data source {str(source)!r} is neither a file, a directory, a hub dataset id (owner/name "
                     f"with a split) nor a data set shipped with obliviate ({', '.join(BUILTIN_SOURCES)}); "
                     "for TOFU pass data.source=tofu")

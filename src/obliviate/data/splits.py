@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from obliviate.data.rows import QARow, load_split
+from obliviate.data.rows import Fields, QARow, load_split
 from obliviate.errors import ConfigError, DataError
 
 
-def load_data(source: str, fmt: str, splits: list) -> list:
-    """QA rows (format qa) or raw documents (format text) of the named splits, concatenated."""
+def load_data(source: str, fmt: str, splits: list, fields: Fields | None = None) -> list:
+    """QA rows (format qa; columns renamed by `fields`) or raw documents (format text) of the named splits,
+    concatenated."""
     if not splits:
         raise ConfigError("data.splits is empty; name at least one split, e.g. data.splits=[full]")
     if fmt == "text":
@@ -21,7 +22,7 @@ def load_data(source: str, fmt: str, splits: list) -> list:
             print(f"skipped {len(skipped)} empty document(s): {', '.join(skipped[:5])}"
                   + (" ..." if len(skipped) > 5 else ""))
         return docs
-    return [r for s in splits for r in load_split(source, str(s))]
+    return [r for s in splits for r in load_split(source, str(s), fields)]
 
 
 def _split(source: str, name: str) -> list[QARow]:

@@ -236,21 +236,32 @@ def lm_eval_accuracies(results: Mapping[str, Any], tasks: Sequence[str]) -> dict
 
 
 def run_lm_eval(model: Any, tokenizer: Any, tasks: list[str], *, batch_size: int = 8,
-                limit: int | float | None = None) -> dict[str, float | None]:
-    """Zero-shot lm-evaluation-harness accuracy of an in-memory HF model, e.g. tasks wmdp_bio, wmdp_cyber, mmlu."""
+                limit: int | float | None = None, num_fewshot: int | None = None,
+                include_path: str | None = None) -> dict[str, Any]:
+    """lm-evaluation-harness accuracy of an in-memory HF model, e.g. tasks wmdp_bio, wmdp_cyber, mmlu: {task: acc}
+    plus {task}_n_shot (the few-shot count lm-eval used) and {task}_n (examples scored). `num_fewshot` None keeps
+    each task's default; `include_path` adds a folder of the user's own task YAML files."""
     if not tasks or not all(isinstance(t, str) and t.strip() for t in tasks):
         raise ObliviateError(f"run_lm_eval needs a non-empty list of task names, got {tasks!r}")
+    if include_path is not None and not Path(include_path).is_dir():
+        raise ObliviateError(f"mcq.lm_eval_include_path {include_path!r} is not a folder of lm-eval task YAML files")
     try:
         import lm_eval
         from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks import TaskManager
     except ImportError as exc:
         raise ObliviateError(f"{LM_EVAL_HINT} ({exc})") from None
     with eval_mode(model):
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         try:
-            results = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit)
+            results = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, num_fewshot=num_fewshot,
+                                              task_manager=TaskManager(include_path=include_path))
         except (KeyError, ValueError) as exc:  # unknown task names and the like
             raise ObliviateError(f"lm-evaluation-harness could not run tasks {list(tasks)}: {exc}") from exc
     if results is None:  # non-zero ranks of a multi-process run get no results
         return {}
-    return lm_eval_accuracies(results, tasks)
+    out: dict[str, Any] = dict(lm_eval_accuracies(results, tasks))
+    for task in tasks:
+        out[f"{task}_n_shot"] = (results.get("n-shot") or {}).get(task)
+        out[f"{task}_n"] = ((results.get("n-samples") or {}).get(task) or {}).get("effective")
+    return out

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig
-from obliviate.data.rows import QARow, load_split
+from obliviate.data.rows import Fields, QARow, load_split
 from obliviate.errors import DataError
 from obliviate.eval.tofu import SplitResult, correct_answers, evaluate_tofu, perturbed_count, split_losses, truth_ratio
 
@@ -35,14 +35,15 @@ def length_limits(cfg: EvalConfig, max_length: int) -> tuple[int, int | None]:
     return min(max_length, PROTOCOL_MAX_LENGTH), PROTOCOL_MAX_LENGTH
 
 
-def load_eval_splits(source: str, cfg: EvalConfig) -> dict[str, list[QARow]]:
-    """{kind: rows} for each configured (non-null) split, its first `row_cap(cfg)` rows when that is set."""
+def load_eval_splits(source: str, cfg: EvalConfig, fields: Fields | None = None) -> dict[str, list[QARow]]:
+    """{kind: rows} for each configured (non-null) split, its first `row_cap(cfg)` rows when that is set; `fields`
+    (data.fields) renames the columns of splits read from the run's own `source` (not of eval.source)."""
     out = {}
     cap = row_cap(cfg)
     for kind, attr in SPLIT_FIELDS.items():
         name = getattr(cfg, attr)
         if name:
-            rows = load_split(cfg.source or source, name)
+            rows = load_split(cfg.source or source, name, None if cfg.source else fields)
             out[kind] = rows[:cap] if cap else rows
     if not out:
         raise DataError("no evaluation split configured: set eval.forget_split / eval.retain_split / ...")
@@ -61,7 +62,7 @@ def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: Eval
 
 def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], cfg: EvalConfig,
                    retain_tr: np.ndarray | None = None, max_length: int = 256, *, source: str | None = None,
-                   retain_model: Any = None) -> dict[str, Any]:
+                   retain_model: Any = None, fields: Fields | None = None) -> dict[str, Any]:
     """Every TOFU metric of `model` on `splits`; with `source`, also the extras `cfg` asks for:
     extraction strength / exact memorisation, PrivLeak + MIA AUCs against `cfg.holdout_split`
     (the retain model, when given, is PrivLeak's retrained reference and the MIA reference model),
@@ -77,7 +78,7 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
                             "tokens in generation and scoring")
     forget = splits.get("forget")
     if forget and cfg.memorization:
-        out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"]))
+        out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"], fields))
     if cfg.closer_look or cfg.protocol == "closer_look":
         out.update(_closer_look(model, tokenizer, splits, results, cfg, loss_length, out["notes"]))
     return out
@@ -103,7 +104,7 @@ def tofu_metric_names() -> set[str]:
 
 
 def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str | None, cfg: EvalConfig,
-                  retain_model: Any, max_length: int, notes: list[str]) -> dict[str, Any]:
+                  retain_model: Any, max_length: int, notes: list[str], fields: Fields | None = None) -> dict[str, Any]:
     """ES/EM of the forget answers; with a holdout split also PrivLeak and the MIA AUCs. One scoring
     pass per model over forget + holdout serves every one of these metrics."""
     from obliviate.eval.memorization import forget_memorization, memorization_from_scores
@@ -114,7 +115,7 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
         notes.append("privleak and MIA AUCs not computed: no eval.holdout_split")
         return {**forget_memorization(token_scores(model, tokenizer, forget, moments=False, **kw).correct,
                                       token_rule=cfg.token_rule), "token_rule": cfg.token_rule}
-    holdout = load_split(cfg.source or source, cfg.holdout_split)
+    holdout = load_split(cfg.source or source, cfg.holdout_split, None if cfg.source else fields)
     cap = row_cap(cfg)
     holdout = holdout[:cap] if cap else holdout
     items, n = forget + holdout, len(forget)
@@ -180,9 +181,14 @@ def evaluate_mcq_run(model: Any, tokenizer: Any, cfg: McqEvalConfig) -> dict[str
         name = cfg.name or cfg.config or Path(cfg.source).stem
         out.update({metric_name(name): res["accuracy"], "mcq_n": res["n"], "mcq_chance": res["chance"],
                     "mcq_truncated": res["n_truncated"]})
-    for task, acc in (run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), limit=cfg.lm_eval_limit).items()
-                      if cfg.lm_eval_tasks else ()):
-        out[f"lm_eval_{task}_accuracy"] = acc
+    if cfg.lm_eval_tasks:
+        got = run_lm_eval(model, tokenizer, list(cfg.lm_eval_tasks), limit=cfg.lm_eval_limit,
+                          num_fewshot=cfg.lm_eval_num_fewshot, batch_size=cfg.lm_eval_batch_size,
+                          include_path=cfg.lm_eval_include_path)
+        for task in cfg.lm_eval_tasks:  # accuracy, the few-shot count lm-eval used and the examples it scored
+            out[f"lm_eval_{task}_accuracy"] = got.get(task)
+            out[f"lm_eval_{task}_n_shot"] = got.get(f"{task}_n_shot")
+            out[f"lm_eval_{task}_n"] = got.get(f"{task}_n")
     if len(out) == 1:
         raise DataError("nothing to evaluate: set mcq.source (a file or hub id) or mcq.lm_eval_tasks")
     return out

@@ -131,6 +131,7 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
     t0 = time.perf_counter()
     log(f"converting {file.name} to float32 safetensors in {target} (once; later loads reuse it)")
     from obliviate.files import current_umask
+    from obliviate.modeling.tokenizer_files import save_tokenizer
     from obliviate.progress import phase
 
     with phase(f"converting {file.name} (read and dequantise, write, hash)", 3) as advance:
@@ -141,7 +142,7 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
         try:
             tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the cache is an ordinary directory
             plain.save_pretrained(tmp, safe_serialization=True)
-            tok.save_pretrained(tmp)
+            save_tokenizer(tok, tmp)  # files transformers 4.x reads too
             advance(1)
             info = {"source": str(file), "sha256": file_sha256(file), "bytes": file.stat().st_size,
                     "convert_seconds": round(time.perf_counter() - t0, 1)}

@@ -14,6 +14,7 @@ import torch
 from obliviate import files
 from obliviate.errors import ObliviateError
 from obliviate.modeling import chat, sources
+from obliviate.modeling.tokenizer_files import save_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The class flag transformers checks before dispatching to a backend (modeling_utils *_can_dispatch).
@@ -173,10 +174,11 @@ def atomic_dir(path: str | Path, overwrite: bool = False, inputs: Mapping[str, A
 
 
 def save_model(directory: Path, model: Any, tokenizer: Any) -> None:
-    """Write model weights (safetensors), config and tokenizer into `directory`."""
+    """Write model weights (safetensors), config and tokenizer into `directory` (tokenizer files transformers 4.x
+    reads too: modeling/tokenizer_files.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
-    tokenizer.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
     chat.save(tokenizer, directory)
 
 

@@ -293,6 +293,10 @@ class TofuTrack(Track):
         self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
         self.retain_tr = (forget_truth_ratios(retain_model, self.tok, splits["forget"], ev, self.max_length)
                           if retain_model is not None and "forget" in splits else None)
+        if getattr(ev, "retain_reference", None):  # a retain model's evaluation log (eval/retain_reference.py)
+            from obliviate.eval.retain_reference import retain_reference_truth_ratios
+
+            self.retain_tr = retain_reference_truth_ratios(ev, splits)
         self.original = numbers(self.evaluate(self.model))
 
     def evaluate(self, model: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from obliviate.errors import LaunchError
 from obliviate.progress import progress
 from obliviate.train.checkpoint import Checkpointer
 from obliviate.train.guard import DivergenceGuard, describe_checkpoint
+from obliviate.train.tracking import Tracking, accelerator_kwargs, tracked
 
 
 @dataclass
@@ -62,8 +63,9 @@ def _device_backend() -> bool:
     return False
 
 
-def make_accelerator(cfg: TrainConfig) -> Any:
-    """An Accelerator honouring `cfg.cpu`, data-parallel whenever a launcher started several processes.
+def make_accelerator(cfg: TrainConfig, tracking: Tracking | None = None) -> Any:
+    """An Accelerator honouring `cfg.cpu`, data-parallel whenever a launcher started several processes, with the
+    run's trackers when `tracking` names some (train/tracking.py).
 
     accelerate only forms a CPU process group (gloo) when asked for cpu=True: under torchrun on a machine
     without a GPU, Accelerator(cpu=False) makes every process a lone rank 0 that duplicates the work and
@@ -86,7 +88,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     if world > 1 and not cpu and gpus and per_node.isdigit() and int(per_node) > gpus:
         raise LaunchError(f"{per_node} processes per node were launched, but this machine has {gpus} GPU(s): launch "
                           f"at most {gpus} (torchrun --nproc_per_node {gpus}), or set train.cpu=true to train on CPUs")
-    acc = Accelerator(cpu=cpu)
+    acc = Accelerator(cpu=cpu, **accelerator_kwargs(tracking))
     if world > 1 and acc.num_processes != world:  # e.g. a device backend accelerate cannot group
         raise LaunchError(f"{world} processes were launched, but accelerate formed a data-parallel group of "
                           f"{acc.num_processes} (distributed type {acc.distributed_type}): they would duplicate "
@@ -155,14 +157,15 @@ class LossPlan:
 def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPlan,
              cfg: TrainConfig, steps: int, accelerator: Any, optimizer: Any, scheduler: Any,
              desc: str = "train", fingerprint: Callable[[], dict[str, Any]] | None = None,
-             monitor: Any = None) -> TrainResult:
+             monitor: Any = None, tracking: Tracking | None = None) -> TrainResult:
     """Train for `steps` optimizer steps; returns the per-step history (see module docstring).
 
     With cfg.checkpoint_dir, `fingerprint()` (what decides the trajectory, train/fingerprint.py; called
     before the first step, while the model is still θ0) is recorded in each checkpoint and checked on resume.
     A diverging step raises DivergenceError (train/guard.py) before the optimizer or a checkpoint sees it.
     With a `monitor` (train/monitor.py), its due steps evaluate the model; the values join that step's history
-    entry as `eval_<metric>` (main process; a monitor under FSDP is refused before training).
+    entry as `eval_<metric>` (main process; a monitor under FSDP is refused before training). With `tracking`
+    (train/tracking.py), every history entry also goes to the run's trackers at its step.
     """
     result, start = TrainResult(), time.perf_counter()
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -180,7 +183,8 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
     guard.start(result.history, params)
     plan = _autocast_plan(plan, cfg, accelerator)
     model.train()
-    with progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
+    with tracked(accelerator, tracking, result.history) as track, \
+            progress(cfg.progress and accelerator.is_main_process, desc, steps) as prog:
         task = prog.add_task(desc, total=steps, terms="", completed=done)
         for step in range(done + 1, steps + 1):
             t_step = time.perf_counter()
@@ -199,6 +203,7 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
                 seen = monitor.after_step(step, steps, accelerator.unwrap_model(model))
                 entry.update({f"eval_{k}": v for k, v in (seen or {}).items() if k != "step"})
             result.history.append(entry)
+            track(entry)
             shown = {k: v for k, v in entry.items() if k in plan.parts or k in ("grad_norm", "cos_f_r")}
             prog.update(task, advance=1, terms=" ".join(f"{k} {v:.3f}" for k, v in shown.items()))
             if ckpt is not None and ckpt.due(step, steps):

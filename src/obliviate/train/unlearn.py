@@ -12,7 +12,7 @@ import torch
 from obliviate.config import MethodConfig, TrainConfig
 from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.refusals import RefusalTwins, load_refusals
-from obliviate.data.rows import QARow, check_disjoint
+from obliviate.data.rows import Fields, QARow, check_disjoint, rows_from
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
@@ -22,6 +22,7 @@ from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop, total_steps
 from obliviate.train.optim import make_optimizer
+from obliviate.train.tracking import plan as tracking_plan
 
 if TYPE_CHECKING:
     from obliviate.modeling.frozen import FrozenModels
@@ -95,6 +96,17 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
 
 
 Rows = Sequence[QARow] | Sequence[str]
+
+
+def as_rows(data: Any, fields: Fields | None = None, what: str = "rows") -> Rows:
+    """What a run trains on: QARows and raw-text strings as given; records (a `datasets.Dataset`, a list of dicts)
+    become QARows with their columns renamed by `fields` ({question: prompt, ...}); an empty list stays empty."""
+    if isinstance(data, (list, tuple)) and (not data or all(isinstance(x, (QARow, str)) for x in data)):
+        if fields and data:
+            raise ConfigError(f"{what}: fields rename the columns of records (dicts or a datasets.Dataset); these "
+                              "are already QA rows or texts")
+        return data
+    return rows_from(data, fields, what)
 
 
 def is_text(rows: Rows) -> bool:
@@ -377,20 +389,28 @@ def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tupl
 
 def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_rows: Rows,
             method: MethodConfig, train: TrainConfig, *, max_length: int = 256, accelerator: Any = None,
-            monitor: Any = None, cache_pool: dict | None = None) -> TrainResult:
+            monitor: Any = None, cache_pool: dict | None = None, fields: Fields | None = None,
+            tracking: Any = None) -> TrainResult:
     """Minimise γ·L_F(forget) + α·L_R(retain) from the current weights (θ0) for the configured steps.
+
+    Rows: lists of QARow or raw-text strings, or records (a `datasets.Dataset`, a list of dicts) whose columns
+    `fields` maps to obliviate's ({"question": "prompt", "answer": "response"}).
 
     Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted). `monitor`
     (train/monitor.py) evaluates during training; `cache_pool` keeps the θ0 caches for the next call on the
-    same rows and θ0 (a sweep's trials: the teacher's and reference's statistics are computed once).
+    same rows and θ0 (a sweep's trials: the teacher's and reference's statistics are computed once). `tracking`
+    (train/tracking.py): where and under which name train.report_to's trackers record the run (default: in
+    train.tracking_dir or ./logs, named by the method).
     """
     from obliviate.modeling.frozen import FrozenModels, has_adapters  # smoothing, transformers: not for validate
     from obliviate.train.fsdp import place_frozen, prepare
 
+    forget_rows, retain_rows = as_rows(forget_rows, fields, "forget rows"), as_rows(retain_rows, fields, "retain rows")
     rm = resolve_method(method)
     if rm.retain is not None and not (is_text(forget_rows) or is_text(retain_rows)):
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
-    acc = accelerator or make_accelerator(train)
+    tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
+    acc = accelerator or make_accelerator(train, tracking)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, cache_pool)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
@@ -429,19 +449,23 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     if monitor is not None and _sharded(model):
         raise ConfigError("evaluation during training (eval.every_steps) is not supported with FSDP: the sharded "
                           "model cannot generate on one rank; drop eval.every_steps or train without fsdp")
-    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name, fingerprint=fp, monitor=monitor)
+    return run_loop(model, plan, loss_plan, train, steps, acc, opt, sched, desc=name, fingerprint=fp, monitor=monitor,
+                    tracking=tracking)
 
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
-             max_length: int = 256, accelerator: Any = None, desc: str = "finetune") -> TrainResult:
-    """Supervised fine-tuning: minimise answer-token NLL on QA rows or raw documents.
+             max_length: int = 256, accelerator: Any = None, desc: str = "finetune",
+             fields: Fields | None = None, tracking: Any = None) -> TrainResult:
+    """Supervised fine-tuning: minimise answer-token NLL on QA rows or raw documents (or records, see `unlearn`).
 
     The NLL is averaged per example, then over examples (not Hugging Face Trainer's token pooling):
     the built-in targets and retain models, and the tables measured on them, were trained this way.
     """
     from obliviate.train.fsdp import prepare
 
-    acc = accelerator or make_accelerator(train)
+    rows = as_rows(rows, fields)
+    tracking = tracking if tracking is not None else tracking_plan(train, name=desc)
+    acc = accelerator or make_accelerator(train, tracking)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(enc), global_batch, train)
@@ -459,4 +483,4 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     plan = LossPlan(parts=("nll",), compute=compute)
     lengths = [len(e.input_ids) for e in enc] if train.group_by_length else None
     return run_loop(model, grouped(batches(len(enc), global_batch, seed=train.seed), train.grad_accum, lengths), plan,
-                    train, steps, acc, opt, sched, desc=desc, fingerprint=fp)
+                    train, steps, acc, opt, sched, desc=desc, fingerprint=fp, tracking=tracking)
