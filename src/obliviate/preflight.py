@@ -15,7 +15,7 @@ from typing import Any
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
 from obliviate.config.fields import need
 from obliviate.data.splits import load_data
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import ConfigError
 from obliviate.files import check_output_dir, check_writable_location
 from obliviate.modeling.sources import (
     check_layer_indices,
@@ -124,7 +124,7 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
     """TOFU evaluation after training: its splits load, and its models exist (lines for `validate`)."""
     from obliviate.data.rows import load_split
     from obliviate.eval.runner import load_eval_splits
-    from obliviate.eval.tofu import perturbed_count
+    from obliviate.eval.tofu import reference_forget_rows
 
     ev = cfg.eval
     splits = load_eval_splits(source, ev, cfg.data.fields)
@@ -133,12 +133,7 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
         holdout = load_split(ev.source or source, ev.holdout_split, None if ev.source else cfg.data.fields)
         lines[0] += f", holdout {len(holdout)}"
     if ev.retain_model:
-        if "forget" not in splits:
-            raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a "
-                              "forget split")
-        k, why = perturbed_count(splits["forget"])
-        if k is None:
-            raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
+        reference_forget_rows(splits, "eval.retain_model")
         lines.append("eval retain model: " + check_model_source(ev.retain_model, "eval.retain_model"))
     if ev.retain_reference:
         lines.append(_reference_line(ev, splits))

@@ -8,7 +8,6 @@ from typing import Any
 import yaml
 
 from obliviate.config import RunConfig, to_dict
-from obliviate.errors import ConfigError
 from obliviate.modeling.sources import layer_count
 
 
@@ -62,14 +61,14 @@ def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
     model's evaluation log) gives forget quality alone."""
     from obliviate.eval.retain_reference import retain_reference_truth_ratios
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
+    from obliviate.eval.tofu import reference_forget_rows
     from obliviate.modeling import chat
     from obliviate.modeling.load import load_pretrained
 
     splits = load_eval_splits(source, cfg, fields) if splits is None else splits
     retain_tr = retain_model = None
     if cfg.retain_model:
-        if "forget" not in splits:
-            raise ConfigError("eval.retain_model is set but eval.forget_split is null: forget quality needs a forget split")
+        reference_forget_rows(splits, "eval.retain_model")
         retain_model, rtok = load_pretrained(cfg.retain_model)
         chat.set_format(rtok, **chat.get_format(tok))  # the reference answers the same prompts as the model
         retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)

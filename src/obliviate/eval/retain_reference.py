@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import DataError
 
 KEY = "forget_truth_ratio"
 LAYOUT = '{"forget_truth_ratio": {"agg_value": ..., "value_by_index": {"0": {"score": <truth ratio>}, ...}}, ...}'
@@ -87,12 +87,6 @@ def load_retain_reference(path: str | Path, n_forget: int) -> np.ndarray:
 def retain_reference_truth_ratios(cfg: Any, splits: dict[str, list]) -> np.ndarray:
     """The forget truth ratios eval.retain_reference gives for the loaded evaluation `splits` (pre-flight and
     evaluation both call it): the forget split must be there and give truth ratios of its own."""
-    from obliviate.eval.tofu import perturbed_count
+    from obliviate.eval.tofu import reference_forget_rows
 
-    if "forget" not in splits:
-        raise ConfigError("eval.retain_reference is set but eval.forget_split is null: forget quality needs a "
-                          "forget split")
-    k, why = perturbed_count(splits["forget"])
-    if k is None:
-        raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
-    return load_retain_reference(cfg.retain_reference, len(splits["forget"]))
+    return load_retain_reference(cfg.retain_reference, len(reference_forget_rows(splits, "eval.retain_reference")))

@@ -16,6 +16,7 @@ from scipy.special import logsumexp
 from scipy.stats import hmean, ks_2samp
 
 from obliviate.data.rows import QARow
+from obliviate.errors import ConfigError, DataError
 from obliviate.eval.fluency import fluency_summary
 from obliviate.eval.generate import batched_avg_loss, generate_answers
 from obliviate.eval.metrics import MetricInfo, register
@@ -178,6 +179,17 @@ def perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
     if len(counts) > 1:
         return None, f"rows hold different numbers of perturbed answers {counts}: truth ratio not computed"
     return counts[0], None
+
+
+def reference_forget_rows(splits: Mapping[str, Sequence[QARow]], key: str) -> Sequence[QARow]:
+    """The forget rows a forget-quality reference (config `key`) compares on: the forget split must be loaded and
+    give truth ratios (perturbed answers); a ConfigError / DataError naming the fix otherwise."""
+    if "forget" not in splits:
+        raise ConfigError(f"{key} is set but eval.forget_split is null: forget quality needs a forget split")
+    k, why = perturbed_count(splits["forget"])
+    if k is None:
+        raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
+    return splits["forget"]
 
 
 def correct_answers(rows: Sequence[QARow], kind: str) -> tuple[list[str], int]:
