@@ -83,3 +83,18 @@ def require_hub(what: str) -> None:
         raise ObliviateError(f"{what} is no local path, so it names a hub id, but the Hugging Face hub is unreachable "
                              f"({why}); to work offline, give a local path, or set HF_HUB_OFFLINE=1 to use files "
                              "already in the hub cache")
+
+
+def check_can_push() -> None:
+    """Raise a clear error before anything is sent when pushing cannot work: offline mode, no token, no hub."""
+    if offline():
+        raise ObliviateError("pushing needs the Hugging Face hub, but offline mode is set (HF_HUB_OFFLINE / "
+                             "TRANSFORMERS_OFFLINE / HF_DATASETS_OFFLINE); unset it, or send nothing (`obliviate push --dry-run`; "
+                             "hub.push=false in a run config)")
+    import huggingface_hub
+
+    if not huggingface_hub.get_token():
+        raise ObliviateError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
+    why = unreachable()
+    if why:
+        raise ObliviateError(f"the Hugging Face hub is unreachable ({why}); nothing was sent")

@@ -209,6 +209,11 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
         check_backend(cfg.train.compile_backend)
     if cfg.audit.enabled:
         lines += _check_audit(cfg, source)
+    if cfg.hub.push:  # no token, offline, hub unreachable: said now, not after the training
+        from obliviate import hub
+
+        hub.check_can_push()
+        lines.append(f"hub: push to {cfg.hub.repo_id} after the run (a token is set and the hub answers)")
     return Plan(forget, retain, rm, n_layers, lines)
 
 

@@ -72,27 +72,13 @@ def format_plan(files: list[PushFile], repo_id: str, private: bool = False, revi
     return "\n".join(lines)
 
 
-def check_ready() -> None:
-    """Raise a clear error before anything is sent when pushing cannot work: offline mode, no token, no hub."""
-    if hub.offline():
-        raise ObliviateError("pushing needs the Hugging Face hub, but offline mode is set (HF_HUB_OFFLINE / "
-                             "TRANSFORMERS_OFFLINE / HF_DATASETS_OFFLINE); unset it, or use --dry-run")
-    import huggingface_hub
-
-    if not huggingface_hub.get_token():
-        raise ObliviateError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
-    why = hub.unreachable()
-    if why:
-        raise ObliviateError(f"the Hugging Face hub is unreachable ({why}); nothing was sent")
-
-
 def push(run_dir: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
          message: str | None = None) -> str:
     """Upload `push_files(run_dir)` to model repository `repo_id` (created when missing, private if asked; the branch
     `revision` created when missing) in one commit; returns the commit's URL."""
     check_repo_id(repo_id)
     files = push_files(run_dir)
-    check_ready()
+    hub.check_can_push()
     from huggingface_hub import HfApi
 
     api = HfApi()

@@ -30,6 +30,37 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert "Forget questions, before and after" in report and report.count("- gold:") == 3
     assert (out / "models" / "asu_kl" / "model.safetensors").is_file()
     assert (out / "world" / "forget10_perturbed.jsonl").is_file()
+    _demo_model_is_publishable(out, res, capsys)
+
+
+def _demo_model_is_publishable(out, res, capsys):
+    """Each unlearned model of the demo has a model card the Hub reads and a receipt that verifies it."""
+    from huggingface_hub import ModelCard
+
+    model = out / "models" / "asu_kl"
+    card = ModelCard.load(model / "README.md")
+    meta = card.data
+    assert meta.base_model is None and "trained its target (models/target) from scratch" in card.text
+    assert meta.datasets is None and "datasets: none declared" in card.text
+    receipt = json.loads((model / "receipt.json").read_text())
+    assert set(meta.tags) >= {"unlearning", "obliviate", receipt["method"]["label"], "asu"}
+    after = res["runs"]["ASU_KL"]["metrics"]
+    results = {r.metric_type: r.metric_value for r in meta.eval_results}
+    assert results["model_utility"] == pytest.approx(after["model_utility"])
+    assert results["forget_quality"] == pytest.approx(after["forget_quality"])
+    assert {r.dataset_config for r in meta.eval_results if r.metric_type.startswith("forget_")} == {"forget10_perturbed"}
+    assert receipt["audit"]["verdict"] == res["runs"]["ASU_KL"]["audit"]["verdict"]
+    shares = {a: "n/a" if v["share"] is None else f"{v['share']:.2f}" for a, v in receipt["audit"]["verdict"].items()}
+    line = next(x for x in card.text.splitlines() if x.startswith("- audit: "))
+    assert sorted(line.split("brought back: ")[1].split(" (receipt")[0].split(", ")) == sorted(
+        f"{a} {s}" for a, s in shares.items())
+    assert receipt["data"]["forget"]["n_rows"] == len(res["questions"]) and receipt["metrics"]["steps"] == 3
+    assert receipt["weights"]["start"]["source"] == str(out / "models" / "target")
+    capsys.readouterr()
+    assert main(["verify", str(model / "receipt.json"), str(model), "--data", str(out / "world")]) == 0
+    assert main(["push", str(model), "--repo-id", "me/demo-asu", "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in ("model.safetensors", "README.md", "receipt.json", "config.json"))
 
 
 @pytest.fixture(scope="module")

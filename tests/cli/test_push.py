@@ -185,4 +185,6 @@ def test_hub_push_without_a_repo_id_is_a_config_error(start_dir, tmp_path, capsy
     _fails(base + ["hub.push=true"], capsys, "hub.repo_id=None is impossible", "when hub.push is true")
     _fails(base + ["hub.push=true", "hub.repo_id=model"], capsys, "hub.repo_id='model' is impossible", "owner/name")
     _fails(base + ["hub.push=true", "hub.repo_id=me/m"], capsys, "offline mode is set")  # before any training
+    validate = ["validate", *base[1:], "hub.push=true", "hub.repo_id=me/m"]
+    _fails(validate, capsys, "offline mode is set")  # validate checks it the same way
     assert not out.exists()

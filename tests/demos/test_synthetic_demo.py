@@ -90,3 +90,16 @@ def test_the_pin_cannot_act_once_torch_is_loaded(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     assert pin_cpu_kernels() is False
     assert all(k not in __import__("os").environ for k in AVX2_KERNELS)
+
+
+@pytest.mark.parametrize("base, declared, licence", [
+    (None, None, None),  # the tiny model is trained from scratch: nothing to declare
+    ("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+    ("my-org/base-7b", "my-org/base-7b", None),  # a hub id not in the cache: its licence is unknown here
+])
+def test_the_demo_cards_declare_the_base_model_the_demo_started_from(base, declared, licence):
+    from obliviate.demos.synthetic import DemoConfig, card_base
+
+    facts = card_base(DemoConfig(base_model=base))
+    assert (facts.base_model, facts.license) == (declared, licence)
+    assert ("from scratch" in facts.note) is (base is None) and ("models/target" in facts.note)

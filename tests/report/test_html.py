@@ -5,9 +5,10 @@ import pytest
 from matplotlib.figure import Figure
 
 from obliviate.errors import ObliviateError
+from obliviate.eval.metrics import fmt
 from obliviate.report import plots
 from obliviate.report.html import load_results, render_html, write_html
-from obliviate.report.markdown import COLUMNS, fmt
+from obliviate.report.markdown import COLUMNS
 
 EVIL = "<script>alert('x')</script>"
 

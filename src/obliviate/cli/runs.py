@@ -20,8 +20,9 @@ def main_process() -> bool:
 
 def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
     """obliviate.yaml, metrics.json and report.md (plus continual.md) of a run into `out`."""
+    from obliviate.eval.metrics import metrics_markdown
     from obliviate.files import write_json
-    from obliviate.report.markdown import console_table, metrics_markdown, write_report
+    from obliviate.report.markdown import console_table, write_report
 
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     write_json(out / "metrics.json", metrics)

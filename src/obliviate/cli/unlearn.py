@@ -27,11 +27,7 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     from obliviate.modeling.load import atomic_dir, save_model
     from obliviate.train.unlearn import unlearn
 
-    plan = preflight_unlearn(cfg)
-    if cfg.hub.push:  # no token / offline: say so now, not after the training
-        from obliviate.publish import check_ready
-
-        check_ready()
+    plan = preflight_unlearn(cfg)  # hub.push: the token and the hub are checked there, before any training
     forget, retain, source = plan.forget, plan.retain, cfg.data.source
     model, tok = load_model(cfg.model)
     from obliviate.receipt import model_hashes, write_receipt

@@ -134,6 +134,32 @@ def eval_config(cfg: DemoConfig) -> EvalConfig:
     return EvalConfig(**{**to_dict(cfg.eval), "forget_split": f"forget{p:02d}_perturbed", "holdout_split": f"holdout{p:02d}"})
 
 
+def card_config(cfg: DemoConfig, name: str, method: MethodConfig) -> Any:
+    """The run config an `obliviate unlearn` of the demo's target with `method` would have: what the receipt and
+    model card of the demo's unlearned model `name` record (paths as the demo's output directory names them)."""
+    from obliviate.config import DataConfig, ModelConfig, RunConfig
+
+    p, out = cfg.world.forget_percent, Path(cfg.output_dir)
+    data = DataConfig(source=str(out / "world"), forget_split=f"forget{p:02d}", retain_split=f"retain{100 - p:02d}",
+                      max_length=cfg.max_length)
+    return RunConfig(model=ModelConfig(path=str(out / "models" / "target")), data=data, method=method,
+                     train=cfg.unlearn, eval=eval_config(cfg), output_dir=str(out / "models" / name.lower()))
+
+
+def card_base(cfg: DemoConfig) -> Any:
+    """The base model and licence the cards of the demo's unlearned models declare: the pretrained model's when the
+    demo starts from one (`base_model`), else none: the tiny model is trained here from scratch."""
+    from obliviate.receipt.card import BaseFacts, base_facts
+
+    if cfg.base_model:
+        facts = base_facts(cfg.base_model)
+        return BaseFacts(facts.base_model, facts.license, f"{facts.note} The demo fine-tuned it on a synthetic world "
+                         "into its target (models/target), the model that was unlearned.")
+    return BaseFacts(None, None, "no base model: the demo trained its target (models/target) from scratch on a "
+                     "synthetic world, so there is no hub model to declare (set `base_model` to start from one); "
+                     "no licence declared.")
+
+
 def forget_analysis(target: Any, student: Any, tok: Any, rows: list, method: MethodConfig, ml: int) -> dict[str, Any]:
     """Factual vs functional log-prob shift of the unlearned model (and of ASU's teacher) on the forget
     answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
@@ -306,6 +332,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     from obliviate.files import write_json
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.load import atomic_dir, save_model
+    from obliviate.receipt import model_hashes, write_receipt
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report
     from obliviate.train.unlearn import unlearn
@@ -330,7 +357,8 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
             runs[name] = {"metrics": evaluate_model(m, tok, splits, ev, retain_tr, ml, **kw)}
         phase("evaluated retain and target models")
         forget_rows, retain_rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
-        students = {}
+        students, trained = {}, {}
+        theta0 = model_hashes(target)
         for name, method in cfg.method_configs().items():
             student = frozen_copy(target)
             for prm in student.parameters():
@@ -340,7 +368,7 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
                           "history": res.history, "train_seconds": res.seconds, "method": to_dict(method)}
             runs[name]["analysis"] = forget_analysis(target, student, tok, splits["forget"], method, ml)
             save_model(out / "models" / name.lower(), student, tok)
-            students[name] = student
+            students[name], trained[name] = student, (method, res)
             phase(f"{name}: unlearned in {res.seconds:.1f} s and evaluated")
         runs["target"]["analysis"] = {"attention_entropy": entropy_by_layer(target, tok, splits["forget"], max_length=ml)}
         save_model(out / "models" / "target", target, tok)
@@ -350,6 +378,11 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
                 runs[name]["audit"] = _audit(student, target, retain_model, tok, world_dir, p, out / "audit" / name.lower(),
                                              log)
                 phase(f"{name}: audited")
+        base = card_base(cfg)
+        for name, (method, res) in trained.items():  # after the audits: each card and receipt carries its verdict
+            write_receipt(out / "models" / name.lower(), card_config(cfg, name, method), tok, forget_rows, retain_rows,
+                          theta0, {"eval": runs[name]["metrics"], "history": res.history,
+                                   "train_seconds": res.seconds}, base, runs[name].get("audit"))
         results = {"config": to_dict(cfg), "runs": runs, "questions": [r.question for r in splits["forget"]],
                    "answers": [r.answer for r in splits["forget"]], "seconds": time.perf_counter() - t0,
                    "claims": [{"claim": c, "holds": ok} for c, ok in demo_claims(runs)], "cpu_kernels": cpu_kernels()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,30 @@ def metric_infos(*benchmarks: str) -> dict[str, MetricInfo]:
         if not benchmarks or name in benchmarks:
             out.update(_TABLES.get(name, {}))
     return out
+
+
+def fmt(value: Any) -> str:
+    """A metric for display: 'n/a' when undefined, scientific notation for tiny p-values."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        return f"{value:.1e}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:
+    """Scalar metrics as a Markdown table with direction and version, then the notes."""
+    infos = metric_infos()
+    lines = [f"# {title}", "", "| metric | value | better | version | meaning |", "|---|---|---|---|---|"]
+    for name, value in metrics.items():
+        if isinstance(value, (int, float)) or value is None:
+            info = infos.get(name)
+            better = "" if info is None else ("↑" if info.higher_is_better else "↓")
+            if name == "privleak":
+                better = "→ 0"
+            lines.append(f"| {name} | {fmt(value)} | {better} | {info.version if info else ''} | "
+                         f"{info.description if info else ''} |")
+    notes = metrics.get("notes") or []
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines)

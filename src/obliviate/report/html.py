@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.metrics import metric_infos
-from obliviate.report.markdown import GEOMETRY, columns, fmt, geometry_rows, metric_label
+from obliviate.eval.metrics import fmt, metric_infos
+from obliviate.report.markdown import GEOMETRY, columns, geometry_rows, metric_label
 from obliviate.report.plots import figures, png_base64
 from obliviate.resources import stylesheet
 

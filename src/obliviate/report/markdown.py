@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.table import Table
 
-from obliviate.eval.metrics import metric_infos
+from obliviate.eval.metrics import fmt, metric_infos
 
 # (metric key, column title); the arrow says which direction is better
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -46,15 +46,6 @@ def geometry_rows(results: Mapping[str, Any]) -> list[tuple[str, dict[str, float
         if geo:
             rows.append((name, geo))
     return rows
-
-
-def fmt(value: Any) -> str:
-    """A metric for display: 'n/a' when undefined, scientific notation for tiny p-values."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, float) and 0 < abs(value) < 1e-3:
-        return f"{value:.1e}"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def console_table(results: Mapping[str, Any]) -> str:
@@ -141,24 +132,6 @@ def calibration_table(res: Mapping[str, Any]) -> str:
                      f"(method.forget_args={{tau: {best['tau']:g}, layers: {best['layers'] if best['layers'] is not None else 'null'}}}).")
     else:
         lines.append(f"No recommendation: {res['note']}")
-    return "\n".join(lines)
-
-
-def metrics_markdown(metrics: Mapping[str, Any], title: str = "metrics") -> str:
-    """Scalar metrics as a Markdown table with direction and version, then the notes."""
-    infos = metric_infos()
-    lines = [f"# {title}", "", "| metric | value | better | version | meaning |", "|---|---|---|---|---|"]
-    for name, value in metrics.items():
-        if isinstance(value, (int, float)) or value is None:
-            info = infos.get(name)
-            better = "" if info is None else ("↑" if info.higher_is_better else "↓")
-            if name == "privleak":
-                better = "→ 0"
-            lines.append(f"| {name} | {fmt(value)} | {better} | {info.version if info else ''} | "
-                         f"{info.description if info else ''} |")
-    notes = metrics.get("notes") or []
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines)
 
 

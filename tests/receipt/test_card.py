@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from huggingface_hub import ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from obliviate.report.modelcard import base_facts, dataset_id, model_card
+from obliviate.receipt.card import base_facts, dataset_id, model_card
 
 AFTER = {"forget_quality": 0.25, "model_utility": 0.5, "forget_truth_ratio": 0.625, "retain_rougeL_recall": 0.875,
          "forget_prob": None, "mia_loss_auc": float("nan"), "n_rows": 40, "is_fluent": True,
@@ -129,7 +128,26 @@ def test_muse_runs_name_the_muse_data_and_lora_adapters_say_peft():
         "verbmem_forget": ("muse-bench/MUSE-News", 0.3), "privleak": ("muse-bench/MUSE-News", -5.0)}
 
 
-@pytest.mark.parametrize("source", ["model.gguf", "smollm2-135m-instruct"])
-def test_gguf_starting_models_declare_no_base_model(source):
-    facts = base_facts(source)
-    assert facts.base_model is None and "GGUF" in facts.note
+def test_a_gguf_file_declares_no_base_model():
+    facts = base_facts("model.gguf")
+    assert facts.base_model is None and facts.license is None and "GGUF" in facts.note
+
+
+def test_the_shipped_alias_declares_the_model_its_file_quantises():
+    facts = base_facts("smollm2-135m-instruct")
+    assert (facts.base_model, facts.license) == ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in facts.note
+
+
+def _audit_line(card: str) -> str:
+    return next(x for x in card.splitlines() if x.startswith("- audit: "))
+
+
+def test_the_card_says_what_became_of_the_audit():
+    """Not run; run after the card (audit.enabled: the verdict goes into receipt.json later); or each attack's share."""
+    assert _audit_line(model_card(receipt(), [], AFTER)) == "- audit: not run"
+    assert "run after this card was written" in _audit_line(model_card(receipt("audit.enabled=true"), [], AFTER))
+    audited = {**receipt(), "audit": {"verdict": {"relearn": {"share": 0.125}, "mia": {"share": None}}}}
+    assert _audit_line(model_card(audited, [], AFTER)) == (
+        "- audit: share of the forgotten knowledge each attack brought back: relearn 0.12, mia n/a (receipt.json "
+        "`audit`)")

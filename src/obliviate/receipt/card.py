@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from obliviate import hub
 from obliviate.data.rows import builtin_dir
-from obliviate.modeling.gguf import is_gguf_source
+from obliviate.modeling.gguf import ALIASES, is_gguf_source
 
 TASK = "text-generation"
 TAGS = ("unlearning", "obliviate")
@@ -82,6 +82,11 @@ def base_facts(source: str) -> BaseFacts:
         _, lic = _own_card(hub_cached_file(source, "README.md"))
         lic = lic or _config_license(hub_cached_file(source, "config.json"))
         note = f"base model `{source}`: the starting model (model.path, a hub id)"
+    elif source in ALIASES and ALIASES[source].base_model:
+        alias = ALIASES[source]
+        base, lic = alias.base_model, alias.license
+        note = (f"base model `{base}`: the starting model `{source}` is its GGUF quantisation `{alias.filename}` "
+                f"(from `{alias.install}`), dequantised to float32")
     else:
         base, lic = None, None
         note = f"the starting model `{source}` is a GGUF file or alias, not a hub id: this card declares no base model"
@@ -207,11 +212,30 @@ def _measured(after: Mapping[str, Any] | None) -> list[str]:
     """The after-metrics table with each metric's direction, version and definition, or why there is none."""
     if not after:
         return ["Not evaluated (eval.enabled=false, or no evaluation data for this format)."]
-    from obliviate.report.markdown import metrics_markdown
+    from obliviate.eval.metrics import metrics_markdown
 
     table = metrics_markdown(after, title="after").splitlines()[2:]  # drop the title
     return ["Metrics of the unlearned model (the run's own evaluation; the starting model was not "
             "evaluated by this run). Definitions: the `meaning` column and the project's docs/METRICS.md.", ""] + table
+
+
+def _share(row: Any) -> str:
+    """An attack's recovered share as the card prints it ('n/a' when the audit could not compute one)."""
+    share = row.get("share") if isinstance(row, Mapping) else None
+    return f"{share:.2f}" if _number(share) else "n/a"
+
+
+def _audit_line(receipt: Mapping[str, Any]) -> str:
+    """The card's word on the audit: its verdict, or that it runs after the card is written, or that none ran."""
+    verdict = (receipt.get("audit") or {}).get("verdict")
+    if isinstance(verdict, Mapping):
+        shares = ", ".join(f"{attack} {_share(row)}" for attack, row in verdict.items())
+        return f"share of the forgotten knowledge each attack brought back: {shares} (receipt.json `audit`)"
+    if receipt.get("audit"):
+        return "see receipt.json (`audit`)"
+    if ((receipt["config"].get("audit") or {}).get("enabled")):
+        return "run after this card was written (audit.enabled); its verdict is in receipt.json (`audit`)"
+    return "not run"
 
 
 def _metadata_lines(meta: Any, base: BaseFacts) -> list[str]:
@@ -257,7 +281,7 @@ def model_card(receipt: Mapping[str, Any], examples: Sequence[str], after: Mappi
               f"- tokenisation: max_length {tok['max_length']}, chat template "
               f"{'used' if tok['chat_template'] else 'not used'}, vocabulary {tok['vocab_size']} "
               f"(sha256 `{tok['vocab_sha256'][:16]}…`)",
-              f"- audit: {'see receipt.json' if receipt.get('audit') else 'not run'}", "",
+              f"- audit: {_audit_line(receipt)}", "",
               "Verify with:", "", "```bash", "obliviate verify receipt.json <dir>",
               f"obliviate verify receipt.json <dir> --data {data['source']}   # also the forget/retain rows", "```", ""]
     return f"---\n{meta.to_yaml()}\n---\n\n" + "\n".join(lines)

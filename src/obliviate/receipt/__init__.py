@@ -286,13 +286,17 @@ def build_receipt(cfg: Any, tokenizer: Any, forget: Sequence[Any], retain: Seque
 
 
 def write_receipt(out: Path, cfg: Any, tokenizer: Any, forget: Sequence[Any], retain: Sequence[Any],
-                  theta0: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Hash the saved weights of `out`, write the model card and receipt.json into it; return the receipt."""
-    from obliviate.report.modelcard import model_card
+                  theta0: Mapping[str, Any], metrics: Mapping[str, Any], base: Any = None,
+                  audit: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Hash the saved weights of `out`, write the model card and receipt.json into it; return the receipt.
+    `base`: the card's `BaseFacts` when the caller knows them better than `cfg.model.path` says (the demo);
+    `audit`: an audit verdict already known (the demo audits before it writes), else `attach_audit` adds it later."""
+    from obliviate.receipt.card import model_card
 
     receipt = build_receipt(cfg, tokenizer, forget, retain, theta0, dir_hashes(out), metrics)
+    receipt["audit"] = dict(audit) if audit else None
     examples = [getattr(r, "question", r) for r in list(forget)[:3]]
-    (out / CARD_NAME).write_text(model_card(receipt, examples, metrics.get("eval")), encoding="utf-8")
+    (out / CARD_NAME).write_text(model_card(receipt, examples, metrics.get("eval"), base), encoding="utf-8")
     receipt["files"] = other_files(out)
     write_json_atomic(out / RECEIPT_NAME, receipt)
     return receipt

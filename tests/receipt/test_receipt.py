@@ -201,7 +201,7 @@ def test_attach_audit_rewrites_the_receipt_atomically(copy):
 
 
 def test_model_card_has_the_after_metrics_table(run_dir):
-    from obliviate.report.modelcard import model_card
+    from obliviate.receipt.card import model_card
 
     receipt = json.loads((run_dir / "receipt.json").read_text())
     card = model_card(receipt, ["Who is X?"], {"forget_quality": 0.25, "model_utility": 0.5, "notes": ["n"]})
