@@ -195,6 +195,11 @@ class TrainConfig:
                                 "log-softmax, KL and reductions stay float32 (train/switches.py)")
     gradient_checkpointing: bool = setting(False, "recompute each decoder layer's activations in the backward (less "
                                              "memory, ~1/3 more compute, same math)")
+    vocab_chunk: int | str = setting("auto", "answer rows whose logits exist at once: the LM head and every "
+                                     "vocabulary-sized loss (log-softmax, NLL, KL, entropy) run this many rows at a "
+                                     "time and are recomputed in the backward, so no [tokens, vocab] tensor of the "
+                                     "batch exists (same values and gradients); 0: all rows at once; auto: "
+                                     "2^25 / vocab rows from a 32,768 vocabulary on, else 0 (modeling/logprobs.py)")
     compile: bool = setting(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
     compile_backend: str = setting("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
     report_to: str | list = setting("none", "experiment trackers that get every optimizer step's history entry (its "
@@ -213,6 +218,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
+        require(self.vocab_chunk == "auto" or (isinstance(self.vocab_chunk, int) and not isinstance(self.vocab_chunk, bool)
+                                               and self.vocab_chunk >= 0),
+                "train.vocab_chunk", self.vocab_chunk, "auto, 0 (off) or a number of rows >= 1")
         require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, ">= 0")
         require(not self.checkpoint_every or bool(self.checkpoint_dir), "train.checkpoint_every",
                  self.checkpoint_every, "0 unless train.checkpoint_dir is set")

@@ -9,6 +9,9 @@ any batch composition aligned to the POLICY's window (`label_start` of that batc
 - "exact": log-softmax over the vocabulary, [n_answer_tokens, V] per example, in the model's own
   precision (float32; float64 stays float64), or bfloat16 with `cache_bf16` (relative error
   ≤ 2^-9 of each log-prob; the rows are then no longer exactly normalised).
+- "hidden": with vocabulary chunks (train.vocab_chunk, modeling/logprobs.py), θ0's final hidden states
+  [n_answer_tokens, H] per example and its LM head, which recomputes the rows chunk by chunk: exact, and
+  H/V the size of "exact" (4,096 / 128,256 = 3% for Llama-3-8B). What method.cache=auto keeps then.
 - "topk": the k largest log-probs with their ids and log P_tail (mass of the other V-k). KL(p ‖ q)
   is then taken with the tail as ONE bucket: Σ_top p_v log(p_v/q_v) + P_tail log(P_tail/Q_tail).
   `complete_topk` realises it as a full teacher row (tail mass spread over the tail in proportion
@@ -32,7 +35,7 @@ import torch
 from torch import Tensor
 
 from obliviate.errors import ConfigError
-from obliviate.modeling.logprobs import TokenStats, shift_labels
+from obliviate.modeling.logprobs import HeadRows, TokenStats, shift_labels
 
 MODES = ("auto", "none", "exact", "topk")
 SCALAR_ONLY = frozenset({"npo", "dpo", "idk_dpo"})  # frozen stats read only through .logp / .mask
@@ -49,6 +52,7 @@ class CacheBudget:
     log: Callable[[str], None] = field(default=lambda s: print(s, file=sys.stderr, flush=True))
     caches: list[RoleCache] = field(default_factory=list)
     vocab: int | None = None
+    chunked: bool = False  # the run's stats are vocabulary-chunked: auto keeps hidden states, topk is refused
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -62,7 +66,12 @@ class CacheBudget:
         """The cache of one frozen role of one side, or None when it stays live."""
         if self.mode == "none":
             return None
-        kind = "scalar" if objective in SCALAR_ONLY else ("exact" if self.mode == "auto" else self.mode)
+        if self.chunked and self.mode == "topk":
+            raise ConfigError("method.cache=topk completes θ0's rows against the student's whole [tokens, vocab] "
+                              "rows, which vocabulary chunks never build; with train.vocab_chunk use method.cache=auto "
+                              "(θ0's hidden states: exact and H/V the size), or set train.vocab_chunk=0")
+        auto = "hidden" if self.chunked else "exact"
+        kind = "scalar" if objective in SCALAR_ONLY else (auto if self.mode == "auto" else self.mode)
         if kind == "topk" and objective not in ("asu", "kl"):
             raise ConfigError(f"method.cache=topk approximates a KL with its tail as one bucket, which {objective!r} "
                               "does not compute; use method.cache=exact or auto")
@@ -70,12 +79,13 @@ class CacheBudget:
         self.caches.append(cache)
         return cache
 
-    def ensure(self, vocab: int, dtype: torch.dtype) -> None:
-        """On the first frozen forward (V known): print the estimate, refuse or fall back over the limit."""
+    def ensure(self, vocab: int, dtype: torch.dtype, width: int | None = None) -> None:
+        """On the first frozen forward (V and the hidden width H known): print the estimate, refuse or fall back
+        over the limit."""
         if self.vocab is not None:
             return
         self.vocab = vocab
-        lines = [c.estimate(vocab, dtype) for c in self.caches]
+        lines = [c.estimate(vocab, dtype, width) for c in self.caches]
         total = sum(b for _, b in lines)
         self.log("θ0 cache (method.cache={}): {}; total {:.3f} GB (limit method.cache_max_gb={:g})".format(self.mode, "; ".join(t for t, _ in lines), total / 1e9, self.max_gb))
         if total <= self.max_gb * 1e9:
@@ -99,11 +109,15 @@ class RoleCache:
     def __init__(self, name: str, kind: str, n_tokens: int, budget: CacheBudget) -> None:
         self.name, self.kind, self.n_tokens, self.budget = name, kind, n_tokens, budget
         self.store: dict[int, tuple[Tensor, ...]] = {}
+        self.head: tuple[Any, int, int] | None = None  # kind "hidden": θ0's head, rows per chunk, V
 
-    def estimate(self, vocab: int, dtype: torch.dtype) -> tuple[str, int]:
+    def estimate(self, vocab: int, dtype: torch.dtype, width: int | None = None) -> tuple[str, int]:
         """A line 'name kind: N answer tokens × V × b B = x GB' and its bytes."""
         item = 2 if self.budget.bf16 else torch.finfo(dtype).bits // 8
-        if self.kind == "exact":
+        if self.kind == "hidden":
+            item = torch.finfo(dtype).bits // 8  # hidden states are kept exact (bf16 applies to log-prob rows)
+            per, what = (width or 0) * item, f"{width} hidden × {item} B (θ0's head recomputes the rows)"
+        elif self.kind == "exact":
             per, what = vocab * item, f"{vocab} vocab × {item} B"
         elif self.kind == "topk":
             per, what = self.budget.topk * (item + 8) + item, f"(k={self.budget.topk} × ({item} B + 8 B id) + {item} B tail)"
@@ -120,8 +134,10 @@ class RoleCache:
             return live()
         if force_live or any(i not in self.store for i in idx):
             stats = live()
-            self.budget.ensure(stats.token_logp.shape[-1] if stats.logits is None else stats.logits.shape[-1],
-                               stats.token_logp.dtype)
+            if self.kind == "hidden" and stats.rows is None:  # the head ignored the hook: plain rows after all
+                self.kind = "exact"
+            self.budget.ensure(stats.vocab_size or stats.token_logp.shape[-1], stats.token_logp.dtype,
+                               None if stats.rows is None else int(stats.rows.hidden.shape[-1]))
             if self.kind == "off":
                 return stats
             for b, i in enumerate(idx):
@@ -136,6 +152,11 @@ class RoleCache:
         logp = stats.token_logp[b][m].clone()
         if self.kind == "scalar":
             return (logp,)
+        if self.kind == "hidden":
+            rows = stats.rows
+            self.head = (rows.head, rows.chunk, rows.vocab)  # type: ignore[union-attr]
+            start = int(stats.mask[:b].sum())
+            return (logp, rows.hidden[start: start + int(m.sum())].clone())  # type: ignore[union-attr]
         lp = stats.example_rows(b)
         if self.kind == "exact":
             return (logp, lp.to(torch.bfloat16) if self.budget.bf16 else lp.clone())
@@ -154,6 +175,11 @@ class RoleCache:
         token_logp[mask] = torch.cat([e[0] for e in entries]).to(mask.device)
         if self.kind == "scalar":
             return TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets, packed=True)
+        if self.kind == "hidden":
+            head, chunk, vocab = self.head
+            hidden = torch.cat([e[1] for e in entries]).to(mask.device)  # [N, H]
+            return TokenStats(logits=None, token_logp=token_logp, mask=mask, targets=targets, packed=True,
+                              rows=HeadRows(hidden, head, chunk, vocab))
         if self.kind == "exact":
             rows = torch.cat([e[1] for e in entries]).to(mask.device, dtype)  # [N, V]
             return TokenStats(logits=rows, token_logp=token_logp, mask=mask, targets=targets, _log_probs=rows,

@@ -8,7 +8,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from obliviate.modeling.logprobs import TokenStats, forward_stats
+from obliviate.modeling.logprobs import TokenStats, forward_stats, output_head
 from obliviate.modeling.smoothing import remove_smoothing, smooth_attention
 from obliviate.modeling.teacher import Teacher
 
@@ -41,10 +41,24 @@ class FrozenModels:
     the base weights are frozen), so no copy is made at all.
     """
 
-    def __init__(self, model: torch.nn.Module, teacher: Teacher | Mapping[str, Any] | None) -> None:
+    def __init__(self, model: torch.nn.Module, teacher: Teacher | Mapping[str, Any] | None,
+                 chunk: int | None = None) -> None:
         self.shared = has_adapters(model)
         self.model = model if self.shared else frozen_copy(model)
         self.teacher = teacher_of(teacher)
+        self.chunk = chunk  # vocabulary-chunked stats (modeling/logprobs.py), None: unchunked
+
+    def _head(self) -> Any:
+        """θ0's LM head for chunked stats, run after the forward: the copy's own head, or the LoRA student's with
+        its adapters off when the head itself carries adapters (None: forward_stats takes the model's head)."""
+        head = output_head(self.model)
+        if not self.shared or head is None or not any("lora_" in n for n, _ in head.named_parameters()):
+            return None
+
+        def theta0_head(hidden: torch.Tensor) -> torch.Tensor:
+            with self._theta0():
+                return head(hidden)
+        return theta0_head
 
     @contextmanager
     def _theta0(self) -> Iterator[torch.nn.Module]:
@@ -64,7 +78,7 @@ class FrozenModels:
     def reference_stats(self, batch: Mapping[str, Any], hidden_layer: int | None = None) -> TokenStats:
         """TokenStats of θ0 (unsmoothed) on `batch` (with decoder layer `hidden_layer`'s output when asked)."""
         with self._theta0() as m:
-            return forward_stats(m, batch, hidden_layer=hidden_layer)
+            return forward_stats(m, batch, hidden_layer=hidden_layer, chunk=self.chunk, head=self._head())
 
     @torch.no_grad()
     def teacher_stats(self, batch: Mapping[str, Any]) -> TokenStats:
@@ -74,6 +88,6 @@ class FrozenModels:
         with self._theta0() as m:
             smooth_attention(m, self.teacher.tau, self.teacher.layers)
             try:
-                return forward_stats(m, batch)
+                return forward_stats(m, batch, chunk=self.chunk, head=self._head())
             finally:
                 remove_smoothing(m)

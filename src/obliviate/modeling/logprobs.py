@@ -16,22 +16,59 @@ selecting the same rows from the full logits: the values are identical either wa
 Reductions over tokens (`answer_mean`): "token" pools every counted token of the batch (Σ values /
 number of counted tokens, as Hugging Face's causal-LM loss and the reference unlearning code do);
 "example" averages per example, then over examples (long and short answers weigh the same).
+
+Vocabulary chunks (`forward_stats(..., chunk=c)`, the technique of fused linear cross-entropy kernels in plain
+torch): the LM head is not run in the forward at all; the stats keep the answer rows' final hidden states [N, H]
+and the head (`HeadRows`), and every vocabulary-sized quantity — the target log-probs, KL in either direction,
+entropy, UNDIAL's cross-entropy — is computed by `map_rows` over c rows at a time, each chunk under activation
+checkpointing, so its [c, V] logits and log-softmax are dropped after the forward and recomputed in the backward.
+No [N, V] tensor of the whole batch exists; values and gradients equal the unchunked path to float rounding.
 """
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 
 from obliviate.errors import ConfigError
 
 IGNORE_INDEX = -100
 REDUCTIONS = ("token", "example")
+CHUNK_AUTO_ELEMENTS = 2**25  # train.vocab_chunk=auto: rows per chunk = this / V (128 MiB of float32 logits)
+CHUNK_AUTO_MIN_VOCAB = 32_768  # ... and only from this vocabulary size on (smaller heads: one chunk, no recompute)
+
+
+def resolve_vocab_chunk(setting: int | str, vocab: int) -> int | None:
+    """Rows per vocabulary chunk for `train.vocab_chunk` (an int >= 1, 0 = off, or "auto") at vocabulary `vocab`;
+    None = unchunked. auto: max(64, 2^25 // V) rows from V = 32,768 on (Llama-3's 128,256 -> 261 rows), else off."""
+    if setting == "auto":
+        return max(64, CHUNK_AUTO_ELEMENTS // vocab) if vocab >= CHUNK_AUTO_MIN_VOCAB else None
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise ConfigError(f"train.vocab_chunk must be 'auto', 0 (off) or a number of rows >= 1, got {setting!r}")
+    return setting or None
+
+
+@dataclass
+class HeadRows:
+    """The answer rows' final hidden states and the LM head that maps them to logits, for chunked use.
+
+    hidden: [N, H] (row-major over the stats' mask); head: hidden [n, H] -> logits [n, V] (the model's output
+    embedding, or a function that runs it as θ0); chunk: rows per chunk."""
+
+    hidden: Tensor
+    head: Callable[[Tensor], Tensor]
+    chunk: int
+    vocab: int
+
+    def log_probs(self, start: int, end: int) -> Tensor:
+        """[end - start, V] log-softmax rows (float32 or wider) of rows start..end."""
+        return F.log_softmax(_wide(self.head(self.hidden[start:end])), dim=-1)
 
 
 def check_reduction(reduction: str) -> None:
@@ -70,7 +107,8 @@ class TokenStats:
     hidden: [B, T, H] output of decoder layer `hidden_layer` (RMU), from a forward hook on it;
     hidden_mask: [B, T] bool, positions whose hidden state counts (labels != -100, unshifted);
     hidden_total: the N of "token" pooling over `hidden_mask`, like `token_total`;
-    packed: the vocabulary tensors hold only the answer rows (module docstring).
+    packed: the vocabulary tensors hold only the answer rows (module docstring);
+    rows: the chunked form (module docstring): hidden states and head instead of logits, read through `map_rows`.
     """
 
     logits: Tensor | None
@@ -85,6 +123,14 @@ class TokenStats:
     _log_probs: Tensor | None = field(default=None, repr=False)
     packed: bool = False
     _dense: Tensor | None = field(default=None, repr=False)
+    rows: HeadRows | None = None
+
+    @property
+    def vocab_size(self) -> int | None:
+        """V of the vocabulary rows, None when these stats keep none."""
+        if self.rows is not None:
+            return self.rows.vocab
+        return None if self.logits is None else int(self.logits.shape[-1])
 
     @property
     def n_tokens(self) -> Tensor:
@@ -107,6 +153,9 @@ class TokenStats:
 
     def _vocab_rows(self) -> Tensor:
         """log-softmax of `logits` in their own layout, computed once (float32 or wider)."""
+        if self.rows is not None:
+            raise ValueError("these TokenStats are vocabulary-chunked (train.vocab_chunk): read their rows through "
+                             "map_rows, which never builds the whole [N, V] tensor")
         if self.logits is None:
             raise ValueError("these TokenStats were built without logits (keep_logits=False)")
         if self._log_probs is None:
@@ -132,6 +181,9 @@ class TokenStats:
 
     def example_rows(self, b: int) -> Tensor:
         """[n_b, V] log-softmax rows of example b's answer tokens."""
+        if self.rows is not None:
+            start = int(self.mask[:b].sum())
+            return self.rows.log_probs(start, start + int(self.mask[b].sum()))
         if not self.packed:
             return self._vocab_rows()[b][self.mask[b]]
         counts = self.mask.sum(-1).tolist()
@@ -271,10 +323,58 @@ def output_head(model: torch.nn.Module) -> torch.nn.Module | None:
     return head if isinstance(head, torch.nn.Module) else None
 
 
+def head_width(head: torch.nn.Module) -> int:
+    """V, the number of logits an LM head gives (nn.Linear, or a PEFT layer around one)."""
+    width = getattr(head, "out_features", None)
+    return int(width) if isinstance(width, int) else int(head.weight.shape[0])
+
+
+def map_rows(fn: Callable[..., Tensor], stats: Sequence[TokenStats], extra: Sequence[Tensor] = ()) -> Tensor:
+    """`fn(*rows, *extra)` on the answer rows of every `stats` (the same N rows in the same order): rows [n, V]
+    log-probs, extra [n, ...] per-row tensors -> [n, ...]; returns [N, ...].
+
+    All rows at once when no stats is chunked; else c rows at a time (c: the smallest chunk), each chunk under
+    activation checkpointing when gradients are on, so its [c, V] tensors are freed after the forward and
+    recomputed in the backward (module docstring)."""
+    chunked = [s.rows for s in stats if s.rows is not None]
+    if not chunked:
+        return fn(*(s.answer_log_probs() for s in stats), *extra)
+    heads = [s.rows for s in stats]
+    inputs = [s.rows.hidden if s.rows is not None else s.answer_log_probs() for s in stats]
+    n, c = int(inputs[0].shape[0]), min(r.chunk for r in chunked)
+
+    def piece(*args: Tensor) -> Tensor:
+        rows = [a if h is None else F.log_softmax(_wide(h.head(a)), dim=-1) for h, a in zip(heads, args)]
+        return fn(*rows, *args[len(heads):])
+
+    outs = []
+    for start in range(0, max(n, 1), c):  # an empty batch still gives fn's [0, ...] shape
+        args = [t[start:start + c] for t in (*inputs, *extra)]
+        outs.append(torch.utils.checkpoint.checkpoint(piece, *args, use_reentrant=False, preserve_rng_state=False)
+                    if torch.is_grad_enabled() else piece(*args))
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+def chunked_token_stats(hidden: Tensor, head: Callable[[Tensor], Tensor], vocab: int, labels: Tensor,
+                        chunk: int) -> TokenStats:
+    """Packed TokenStats in chunked form: hidden [N, H] answer rows (row-major over the shifted mask of `labels`
+    [B, T]), `head` hidden -> logits [n, V]; token_logp [B, T-1] through `map_rows`, c = `chunk` rows at a time."""
+    targets, mask = shift_labels(labels)
+    if hidden.shape[0] != int(mask.sum()):
+        raise ValueError(f"{hidden.shape[0]} hidden rows for {int(mask.sum())} answer tokens")
+    stats = TokenStats(logits=None, token_logp=hidden.new_zeros(0), mask=mask, targets=targets, packed=True,
+                       rows=HeadRows(hidden, head, chunk, vocab))
+    picked = map_rows(lambda lp, t: lp.gather(-1, t.unsqueeze(-1)).squeeze(-1), [stats], [targets[mask]])
+    stats.token_logp = picked.new_zeros(mask.shape).masked_scatter(mask, picked)
+    return stats
+
+
 @contextmanager
-def answer_rows_only(model: torch.nn.Module, mask: Tensor) -> Iterator[list[bool]]:
+def answer_rows_only(model: torch.nn.Module, mask: Tensor, capture: list[Tensor] | None = None
+                     ) -> Iterator[list[bool]]:
     """While active, the LM head receives only the hidden states [1, N, H] of the positions that predict a
-    label (`mask` [B, T-1], shifted): a forward pre-hook on it. Yields a list that holds True once it fired."""
+    label (`mask` [B, T-1], shifted): a forward pre-hook on it. Yields a list that holds True once it fired.
+    With `capture`, the [N, H] rows are appended to it and the head gets none of them (chunked stats)."""
     head, fired = output_head(model), []
     if head is None:
         yield fired
@@ -286,7 +386,11 @@ def answer_rows_only(model: torch.nn.Module, mask: Tensor) -> Iterator[list[bool
         if fired or not isinstance(h, Tensor) or h.dim() != 3 or tuple(h.shape[:2]) != (B, T):
             return None  # not the call on the full sequence (or a second call): leave it alone
         fired.append(True)
-        return (h[:, :-1][mask].unsqueeze(0), *args[1:]), kwargs
+        rows = h[:, :-1][mask]
+        if capture is not None:
+            capture.append(rows)
+            rows = rows[:0]
+        return (rows.unsqueeze(0), *args[1:]), kwargs
 
     handle = head.register_forward_pre_hook(pre, with_kwargs=True)
     try:
@@ -296,20 +400,27 @@ def answer_rows_only(model: torch.nn.Module, mask: Tensor) -> Iterator[list[bool
 
 
 def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True,
-                  hidden_layer: int | None = None) -> TokenStats:
+                  hidden_layer: int | None = None, chunk: int | None = None,
+                  head: Callable[[Tensor], Tensor] | None = None) -> TokenStats:
     """Run `model` on a collated batch and return its packed TokenStats on the batch's labels.
 
     The LM head runs on the answer positions only (module docstring). With `hidden_layer`, the output
     of that decoder layer is captured by a hook (stats.hidden [B, T, H]), with the label positions as
-    its mask."""
+    its mask. With `chunk`, the head does not run here: the stats are chunked (`chunked_token_stats`), their
+    head the model's own or `head` (e.g. θ0's head of a LoRA model, run with its adapters off)."""
     labels = batch["labels"]
     _, mask = shift_labels(labels)
-    with answer_rows_only(model, mask) as fired, \
+    own_head = output_head(model) if chunk else None
+    captured: list[Tensor] | None = [] if own_head is not None else None
+    with answer_rows_only(model, mask, captured) as fired, \
             (layer_output(model, hidden_layer) if hidden_layer is not None else _no_capture()) as seen:
         out = model(**model_inputs(batch), use_cache=False)
-    logits = out.logits
-    rows = logits.reshape(-1, logits.shape[-1]) if fired else logits[:, :-1][mask]
-    stats = packed_token_stats(rows, labels, keep_logits=keep_logits)
+    if captured:
+        stats = chunked_token_stats(captured[0], head or own_head, head_width(own_head), labels, int(chunk))
+    else:
+        logits = out.logits
+        rows = logits.reshape(-1, logits.shape[-1]) if fired else logits[:, :-1][mask]
+        stats = packed_token_stats(rows, labels, keep_logits=keep_logits)
     if hidden_layer is not None:
         stats.hidden, stats.hidden_layer, stats.hidden_mask = seen[-1], hidden_layer, labels != IGNORE_INDEX
     return stats
@@ -348,7 +459,7 @@ def token_kl(p: TokenStats, q: TokenStats) -> Tensor:
     if p.mask.shape[0] != q.mask.shape[0] or int(p.mask.sum()) != int(q.mask.sum()):
         raise ValueError(f"teacher and student batches differ in shape: {tuple(p.mask.shape)} vs {tuple(q.mask.shape)} "
                          f"({int(p.mask.sum())} vs {int(q.mask.sum())} answer tokens)")
-    return q.spread(kl_per_token(p.answer_log_probs(), q.answer_log_probs()))
+    return q.spread(map_rows(kl_per_token, [p, q]))
 
 
 def masked_token_kl(p: TokenStats, q: TokenStats, reduction: str = "example") -> Tensor:

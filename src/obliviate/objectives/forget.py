@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from obliviate.modeling.logprobs import TokenStats, hidden_at, hidden_mean, masked_token_kl, token_mse
+from obliviate.modeling.logprobs import TokenStats, hidden_at, hidden_mean, map_rows, masked_token_kl, token_mse
 from obliviate.modeling.teacher import Teacher
 from obliviate.objectives.base import forget_objective
 
@@ -129,10 +129,14 @@ def me(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     included (the authors' ME+GD runs: mask=false on rows padded with EOS to 500 tokens).
     Hand check: V = 4, p = (1/2, 1/4, 1/8, 1/8): (1/4)·(ln ½ + 0 + ln 2 + ln 2) = ln(2)/4 ≈ 0.1733.
     """
-    log_p = policy.answer_log_probs()  # [N, V]
-    log_p = torch.logaddexp(log_p, log_p.new_tensor(math.log(ME_EPS)))
-    kl = -log_p.mean(-1) - math.log(log_p.shape[-1])
+    kl = map_rows(uniform_kl, [policy])  # [N]
     return policy.mean(policy.spread(kl), reduction)
+
+
+def uniform_kl(log_p: Tensor) -> Tensor:
+    """ME's KL(u ‖ p) per row: [..., V] log-probs -> [...], log p_v read as log(p_v + 1e-12) (`me`)."""
+    log_p = torch.logaddexp(log_p, log_p.new_tensor(math.log(ME_EPS)))
+    return -log_p.mean(-1) - math.log(log_p.shape[-1])
 
 
 def undial_targets(reference_log_probs: Tensor, targets: Tensor, beta: float) -> Tensor:
@@ -161,9 +165,15 @@ def undial(policy: TokenStats, reference: TokenStats, *, beta: float = 10.0, red
     if ids is None:
         raise ValueError("undial needs target token ids: build TokenStats with token_stats() or pass targets=")
     ids = ids[policy.mask]  # [N]: answer tokens only (prompt/padding never index the vocabulary)
-    q = undial_targets(reference.answer_log_probs(), ids, beta)  # [N, V]
-    ce = -torch.where(q > 0, q * policy.answer_log_probs(), 0.0).sum(-1)
+    ce = map_rows(lambda ref, log_p, y: undial_ce(ref, log_p, y, beta), [reference, policy], [ids])  # [N]
     return policy.mean(policy.spread(ce), reduction)
+
+
+def undial_ce(reference_log_probs: Tensor, log_p: Tensor, ids: Tensor, beta: float) -> Tensor:
+    """UNDIAL's per-row cross-entropy −Σ_v q_v log p_θ,v against `undial_targets` (terms with q_v = 0 count 0):
+    [n, V] reference and student log-probs, [n] ids -> [n]."""
+    q = undial_targets(reference_log_probs, ids, beta)
+    return -torch.where(q > 0, q * log_p, 0.0).sum(-1)
 
 
 def weighted_nll_ascent(policy: TokenStats, weight: Tensor, reduction: str) -> Tensor:

@@ -16,7 +16,13 @@ from obliviate.data.rows import Fields, QARow, check_disjoint, rows_from
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
-from obliviate.modeling.logprobs import IGNORE_INDEX, decoder_layers, forward_stats, position_labels
+from obliviate.modeling.logprobs import (
+    IGNORE_INDEX,
+    decoder_layers,
+    forward_stats,
+    position_labels,
+    resolve_vocab_chunk,
+)
 from obliviate.modeling.teacher import Teacher
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
@@ -159,6 +165,7 @@ class Side:
     loop_kw: dict[str, Any] = field(default_factory=dict)
     max_length: int = 0  # rows are padded to it when positions = "max_length"
     caches: dict[str, RoleCache] = field(default_factory=dict)  # θ0 stats per example (modeling/cache.py)
+    chunk: int | None = None  # rows per vocabulary chunk (train.vocab_chunk resolved; None: unchunked)
 
     def _frozen(self, role: str, batch: dict, mine: list[int], model: torch.nn.Module, live: Any) -> Any:
         """θ0 stats of `role` on `batch` (rows: examples `mine`): from the cache when it has one, else live.
@@ -201,12 +208,12 @@ class Side:
             rbatch, _ = _shard_batch(twins, idx, acc, pad)  # type: ignore[arg-type]
             rtotal = _pool_total(twins, step, "targets", scale, world)  # type: ignore[arg-type]
             if "refusal" in needs:
-                extra["refusal"] = forward_stats(model, rbatch)
+                extra["refusal"] = forward_stats(model, rbatch, chunk=self.chunk)
                 extra["refusal"].token_total = rtotal
             if "refusal_reference" in needs:
                 extra["refusal_reference"] = self._frozen("refusal_reference", rbatch, mine, model,
                                                           lambda: frozen.reference_stats(rbatch))  # type: ignore[union-attr]
-        policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer)
+        policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer, chunk=self.chunk)
         policy.token_total = total
         if layer is not None:
             policy.hidden_total = _pool_total(self.enc, step, "labels", scale, world)
@@ -280,7 +287,8 @@ def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | 
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
-           retain_rows: Rows, max_length: int, seed: int, pool: dict | None = None) -> tuple[Side, Side | None]:
+           retain_rows: Rows, max_length: int, seed: int, pool: dict | None = None,
+           chunk: int | None = None) -> tuple[Side, Side | None]:
     """Encode both sides, with refusal answers for the questions when an objective needs them."""
     if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
         raise ConfigError(f"{method.forget}/{method.retain} answer questions with a refusal, but the data is raw "
@@ -292,12 +300,13 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
                             refusals, seed * 7 + stream, method.refusal_draw)  # type: ignore[arg-type]
 
     forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length),
-                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length)
+                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length, chunk=chunk)
     if rm.retain is None:
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
-                  refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length)
-    budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16)
+                  refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length, chunk=chunk)
+    budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16,
+                         chunked=chunk is not None)
     add_caches(budget, forget, retain, pool=pool, teacher=json.dumps(rm.teacher_kw, sort_keys=True, default=str))
     return forget, retain
 
@@ -380,6 +389,17 @@ def _vocab_size(model: torch.nn.Module) -> int:
     return int(inner.config.vocab_size)
 
 
+def vocab_chunk(train: TrainConfig, model: torch.nn.Module) -> int | None:
+    """Rows per vocabulary chunk of a run (train.vocab_chunk at the model's vocabulary; None: unchunked). FSDP runs
+    unchunked: the sharded head is gathered only inside the model's own forward."""
+    if train.fsdp:
+        if train.vocab_chunk not in ("auto", 0):
+            raise ConfigError(f"train.vocab_chunk={train.vocab_chunk} does not work with train.fsdp yet (the sharded LM "
+                              "head is gathered only inside the model's forward); set train.vocab_chunk=0 or auto")
+        return None
+    return resolve_vocab_chunk(train.vocab_chunk, _vocab_size(model))
+
+
 def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tuple[dict, float]:
     """This rank's collated share of a global micro-batch and the factor making rank means global."""
     mine = shard(idx, acc.process_index, acc.num_processes)
@@ -411,12 +431,13 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
     tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
     acc = accelerator or make_accelerator(train, tracking)
-    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, cache_pool)
+    chunk = vocab_chunk(train, model)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, cache_pool, chunk)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
         select_trainable(model, rm.loop_kw["trainable_params"], rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
-    frozen = FrozenModels(model, rm.teacher_kw) if rm.needs_frozen else None
+    frozen = FrozenModels(model, rm.teacher_kw, chunk=chunk) if rm.needs_frozen else None
     if frozen is not None:
         place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
@@ -472,13 +493,14 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     opt, sched = make_optimizer(model, train, steps)
     fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data={"rows": enc})
+    chunk = vocab_chunk(train, model)
     fp = _now(fp, train)
     model, opt, sched = prepare(acc, model, opt, sched, train, steps)
     pad = pad_id(tokenizer)
 
     def compute(idx: list[int], part: str) -> tuple[float, torch.Tensor]:
         b, s = _shard_batch(enc, idx, acc, pad)
-        return 1.0, forward_stats(model, b, keep_logits=False).nll.mean() * s
+        return 1.0, forward_stats(model, b, keep_logits=False, chunk=chunk).nll.mean() * s
 
     plan = LossPlan(parts=("nll",), compute=compute)
     lengths = [len(e.input_ids) for e in enc] if train.group_by_length else None
