@@ -92,7 +92,6 @@ def child(name: str, batch: int, device: str, overrides: list[str]) -> dict:
     if name == "plain":
         plain_step(model, tok, forget, retain, batch, device)
     elif name == "finetune":
-        from obliviate.config import TrainConfig
         from obliviate.train.unlearn import finetune
 
         train = load_config(RunConfig, None, ["train.max_steps=1", f"train.batch_size={2 * batch}",

@@ -97,6 +97,13 @@ def _check_output(cfg: RunConfig) -> None:
                           "(and replaced) as a whole at the end of the run; put the checkpoints elsewhere")
 
 
+def _memory_switches(train: Any, model: Any) -> list[str]:
+    """train.optimizer / model.load_in_4bit checked (train/switches.py; torch is imported only here)."""
+    from obliviate.train.switches import check_memory_switches
+
+    return check_memory_switches(train, model)
+
+
 def _check_checkpoint_dir(path: str | None) -> None:
     if not path:
         return
@@ -203,6 +210,8 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
     lines += tracking.check(cfg.train, cfg.output_dir)
+    lines += _memory_switches(cfg.train, None if path == "tiny" else cfg.model)
+    lines += _memory_switches(cfg.train, cfg.model)
     if cfg.train.compile:
         from obliviate.train.switches import check_backend
 

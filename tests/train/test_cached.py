@@ -80,9 +80,46 @@ def test_memory_limit_refuses_naming_the_keys(small_world, small_tok, trained_sm
     assert "asu teacher exact:" in out and "answer tokens ×" in out and "vocab × 4 B" in out  # printed first
 
 
-def test_auto_over_the_limit_runs_live(hits, small_world, small_tok, trained_small):
-    _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache_max_gb=1e-9), max_steps=3)
+def test_auto_over_the_limit_runs_live_without_spilling(hits, small_world, small_tok, trained_small):
+    _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache_max_gb=1e-9, cache_spill=False),
+         max_steps=3)
     assert not hits
+
+
+def test_auto_over_the_limit_spills_to_disk_memory_mapped(hits, small_world, small_tok, trained_small, tmp_path,
+                                                          capsys, monkeypatch):
+    """Over cache_max_gb, auto keeps the caches on disk (one file per example, loaded with mmap=True): the run
+    equals a live run, reads every batch after the first from the files, and leaves no folder behind."""
+    loads = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: loads.append(kw.get("mmap")) or real(*a, **kw))
+    live = _run(copy.deepcopy(trained_small).double(), small_world, small_tok, _method("asu_kl", cache="none"))
+    spilled = _run(copy.deepcopy(trained_small).double(), small_world, small_tok,
+                   _method("asu_kl", cache_max_gb=1e-9, cache_dir=str(tmp_path)))
+    err = capsys.readouterr().err
+    assert err.count("kept on disk in " + str(tmp_path)) == 2 and "memory-mapped" in err  # teacher and reference
+    assert hits and set(hits) == {"exact"} and loads and all(loads)
+    for a, b in zip(live.parameters(), spilled.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    import gc
+
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []  # the run's folder went with its caches
+
+
+def test_the_estimate_counts_only_the_rows_the_run_uses(small_world, small_tok, trained_small, capsys):
+    """2 steps of batch 3 touch 6 of 30 retain rows: the reference cache is sized for those 6 rows."""
+    from obliviate.train.unlearn import _count, encode_rows, planned_rows
+
+    retain = small_world.splits["retain90"][:30]
+    unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:4], retain,
+            _method("graddiff_kl"), _cfg(max_steps=2), max_length=64)
+    _, used = planned_rows(4, 30, 3, 0, 2)
+    assert len(used) == 6
+    enc = encode_rows(small_tok, retain, 64)
+    tokens = sum(_count(enc[i], "targets") for i in used)
+    assert f"kl reference exact: {tokens} answer tokens ×" in capsys.readouterr().err
+    assert tokens < sum(_count(e, "targets") for e in enc) / 3
 
 
 def test_bad_cache_settings_are_config_errors(small_world, small_tok, trained_small):

@@ -62,10 +62,23 @@ class ModelConfig:
     trust_remote_code: bool = setting(False, "allow custom model code from the hub (off unless you trust it)")
     lora: LoraSettings = section(LoraSettings(), "parameter-efficient unlearning with LoRA adapters")
     chat: ChatSettings = section(ChatSettings(), "how the chat template is called: system turn, template arguments")
+    load_in_4bit: bool = setting(False, "QLoRA: the base weights loaded in 4-bit NF4 (bitsandbytes, double quantised, "
+                                        "bf16 compute; CUDA only) under trainable LoRA adapters; θ0 = the adapters off. "
+                                        "Needs model.lora.enabled=true and model.lora.merge_on_save=false (the "
+                                        "adapters are saved alone)")
 
     def __post_init__(self) -> None:
         dtypes = ("float32", "bfloat16", "float16")  # obliviate.modeling.load.DTYPES
         require(self.dtype in dtypes, "model.dtype", self.dtype, f"one of {', '.join(dtypes)}")
+        if self.load_in_4bit:
+            require(self.lora.enabled, "model.lora.enabled", self.lora.enabled,
+                    "true with model.load_in_4bit=true (QLoRA trains adapters over the frozen 4-bit base)")
+            require(not self.lora.merge_on_save, "model.lora.merge_on_save", self.lora.merge_on_save,
+                    "false with model.load_in_4bit=true (a 4-bit base cannot take the adapters exactly; they are "
+                    "saved alone, to merge into the full-precision base later)")
+
+
+OPTIMIZERS = ("adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit")  # train/optim.py builds them
 
 
 @dataclass(frozen=True)
@@ -123,14 +136,20 @@ class MethodConfig:
                                         "model itself (ASU then does nothing), tau < 1 sharpens its attention "
                                         "instead of smoothing it; both are refused unless this is true")
     combine: CombineConfig = section(CombineConfig(), "how forget and retain gradients combine (docs/METHODS.md §2)")
-    cache: str = setting("auto", "θ0 stats (teacher/reference) cached per example after their first forward: auto = "
-                            "summed log-probs always (npo/dpo), vocabulary distributions exactly when under "
-                            "cache_max_gb (else live) | exact (refuse over the limit) | topk (top-k + tail bucket; "
-                            "asu/kl only) | none (live frozen forwards every step)")
+    cache: str = setting("auto", "θ0 stats (teacher/reference) cached per example after their first forward, for the "
+                            "rows the run will use: auto = summed log-probs always (npo/dpo), vocabulary "
+                            "distributions exactly (θ0's hidden states when train.vocab_chunk applies), in memory "
+                            "under cache_max_gb, else on disk (cache_spill) or live | exact (refuse over the "
+                            "limit) | topk (top-k + tail bucket; asu/kl only) | none (live frozen forwards every "
+                            "step)")
     cache_topk: int = setting(64, "k of method.cache=topk: exact top-k log-probs + the log of the remaining mass")
     cache_max_gb: float = setting(4.0, "limit on the θ0 cache (all roles; estimate printed before it is filled)")
     cache_bf16: bool = setting(False, "store cached distributions in bfloat16 (half the memory; log-probs rounded to "
                                  "a relative 2^-9)")
+    cache_spill: bool = setting(True, "method.cache=auto over cache_max_gb: keep the largest caches on disk, "
+                                      "memory-mapped (false: compute them live every step instead)")
+    cache_dir: str | None = setting(None, "where spilled caches live (a fresh folder inside it, removed after the "
+                                          "run); null: the system's temporary directory")
 
     def __post_init__(self) -> None:
         require(self.gamma >= 0, "method.gamma", self.gamma, ">= 0")
@@ -195,6 +214,9 @@ class TrainConfig:
                                 "log-softmax, KL and reductions stay float32 (train/switches.py)")
     gradient_checkpointing: bool = setting(False, "recompute each decoder layer's activations in the backward (less "
                                              "memory, ~1/3 more compute, same math)")
+    optimizer: str = setting("adamw", "adamw (torch) | adamw_8bit | paged_adamw | paged_adamw_8bit: bitsandbytes' "
+                                      "AdamW with 8-bit states and/or states paged to CPU memory under GPU memory "
+                                      "pressure (CUDA only; pip install bitsandbytes)")
     vocab_chunk: int | str = setting("auto", "answer rows whose logits exist at once: the LM head and every "
                                      "vocabulary-sized loss (log-softmax, NLL, KL, entropy) run this many rows at a "
                                      "time and are recomputed in the backward, so no [tokens, vocab] tensor of the "
@@ -218,6 +240,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         require(self.precision in ("fp32", "bf16"), "train.precision", self.precision, "fp32 or bf16")
+        require(self.optimizer in OPTIMIZERS, "train.optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
+        require(self.optimizer == "adamw" or not self.fsdp, "train.optimizer", self.optimizer,
+                "adamw with train.fsdp (bitsandbytes' optimizers do not take FSDP's sharded parameters)")
         require(self.vocab_chunk == "auto" or (isinstance(self.vocab_chunk, int) and not isinstance(self.vocab_chunk, bool)
                                                and self.vocab_chunk >= 0),
                 "train.vocab_chunk", self.vocab_chunk, "auto, 0 (off) or a number of rows >= 1")

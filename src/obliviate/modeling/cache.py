@@ -19,6 +19,11 @@ any batch composition aligned to the POLICY's window (`label_start` of that batc
   Error: exact − bucketed = P_tail·KL(p_tail/P_tail ‖ q_tail/Q_tail) ≥ 0 (log-sum inequality);
   0 when k = V or the student's tail is proportional to the teacher's; ≤ P_tail·max_tail log(p̂/q̂).
 
+Only the rows a run will use are counted (the caller passes them), and over `max_gb` method.cache=auto keeps
+the largest caches on disk instead (`spill`: one file per example in a fresh folder, read back memory-mapped, so
+the operating system pages them in and out; the folder is removed when the run's caches are gone), or computes
+them live. The estimate and the choice are printed before anything is stored.
+
 Entries are filled lazily: a batch holding an index not yet cached runs the live frozen forward
 once, uses it, and stores each missing example. Under data parallelism each rank caches only the
 examples it has seen (a rank may meet an index later that another rank cached: that is a miss, run
@@ -29,6 +34,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,6 +59,9 @@ class CacheBudget:
     caches: list[RoleCache] = field(default_factory=list)
     vocab: int | None = None
     chunked: bool = False  # the run's stats are vocabulary-chunked: auto keeps hidden states, topk is refused
+    spill: bool = False  # auto over max_gb: the largest caches go to disk (memory-mapped) rather than live
+    directory: str | None = None  # where spilled caches' folder is made (None: the system's temporary directory)
+    _disk: Path | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -90,17 +99,45 @@ class CacheBudget:
         self.log("θ0 cache (method.cache={}): {}; total {:.3f} GB (limit method.cache_max_gb={:g})".format(self.mode, "; ".join(t for t, _ in lines), total / 1e9, self.max_gb))
         if total <= self.max_gb * 1e9:
             return
-        if self.mode == "auto":  # drop the largest distribution caches until the rest fits
+        if self.mode == "auto":  # move the largest distribution caches out of memory until the rest fits
             for c, (_, size) in sorted(zip(self.caches, lines), key=lambda x: -x[1][1]):
                 if total <= self.max_gb * 1e9:
                     break
-                if c.kind != "scalar":
-                    c.kind, total = "off", total - size
-                    self.log(f"θ0 cache: {c.name} computed live instead (over method.cache_max_gb; method.cache=auto)")
+                if c.kind == "scalar":
+                    continue
+                total -= size
+                where = self.spill_dir(size) if self.spill else None
+                if where is None:
+                    c.kind = "off"
+                    why = "method.cache_spill=false" if not self.spill else "not enough free disk space"
+                    self.log(f"θ0 cache: {c.name} computed live instead (over method.cache_max_gb; {why})")
+                else:
+                    c.disk = where
+                    self.log(f"θ0 cache: {c.name} kept on disk in {where}, memory-mapped (over "
+                             f"method.cache_max_gb; method.cache_spill)")
             return
         raise ConfigError(f"the θ0 cache needs {total / 1e9:.3f} GB > method.cache_max_gb={self.max_gb:g}; set "
                           f"method.cache=none (live θ0 forwards), method.cache=topk (method.cache_topk={self.topk}), "
                           "method.cache_bf16=true, or raise method.cache_max_gb")
+
+
+    def spill_dir(self, size: int) -> Path | None:
+        """The run's folder for spilled caches (made on first use, removed with this budget), or None when its disk
+        has less than `size` bytes free."""
+        import shutil
+        import tempfile
+        import weakref
+
+        if self._disk is None:
+            base = Path(self.directory).expanduser() if self.directory else Path(tempfile.gettempdir())
+            base.mkdir(parents=True, exist_ok=True)
+            if shutil.disk_usage(base).free < size:
+                return None
+            self._disk = Path(tempfile.mkdtemp(prefix="obliviate-cache-", dir=base))
+            weakref.finalize(self, shutil.rmtree, str(self._disk), True)
+        elif shutil.disk_usage(self._disk).free < size:
+            return None
+        return self._disk
 
 
 class RoleCache:
@@ -110,6 +147,7 @@ class RoleCache:
         self.name, self.kind, self.n_tokens, self.budget = name, kind, n_tokens, budget
         self.store: dict[int, tuple[Tensor, ...]] = {}
         self.head: tuple[Any, int, int] | None = None  # kind "hidden": θ0's head, rows per chunk, V
+        self.disk: Path | None = None  # spilled: entries are files here, read back memory-mapped
 
     def estimate(self, vocab: int, dtype: torch.dtype, width: int | None = None) -> tuple[str, int]:
         """A line 'name kind: N answer tokens × V × b B = x GB' and its bytes."""
@@ -142,10 +180,23 @@ class RoleCache:
                 return stats
             for b, i in enumerate(idx):
                 if i not in self.store:
-                    self.store[i] = self._entry(stats, b)
+                    self.store[i] = self._save(i, self._entry(stats, b))
             if self.kind != "topk":
                 return stats
         return self._build(batch["labels"], idx)
+
+    def _save(self, i: int, entry: tuple[Tensor, ...]) -> Any:
+        """What the store keeps for example i: the entry, or (spilled) the file it was written to."""
+        if self.disk is None:
+            return entry
+        path = self.disk / f"{self.name.replace(' ', '_')}-{i}.pt"
+        torch.save([t.detach().cpu().contiguous() for t in entry], path)
+        return path
+
+    def _load(self, i: int) -> tuple[Tensor, ...]:
+        """Example i's entry, memory-mapped from disk when spilled."""
+        kept = self.store[i]
+        return tuple(torch.load(kept, mmap=True, weights_only=True)) if isinstance(kept, Path) else kept
 
     def _entry(self, stats: TokenStats, b: int) -> tuple[Tensor, ...]:
         m = stats.mask[b]
@@ -169,7 +220,7 @@ class RoleCache:
 
     def _build(self, labels: Tensor, idx: list[int]) -> TokenStats | TopK:
         targets, mask = shift_labels(labels)
-        entries = [self.store[i] for i in idx]
+        entries = [self._load(i) for i in idx]
         dtype = entries[0][0].dtype
         token_logp = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         token_logp[mask] = torch.cat([e[0] for e in entries]).to(mask.device)

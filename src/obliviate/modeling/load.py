@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from obliviate import files
-from obliviate.errors import ObliviateError
+from obliviate.errors import ConfigError, ObliviateError
 from obliviate.modeling import chat, sources
 from obliviate.modeling.tokenizer_files import save_tokenizer
 
@@ -52,9 +52,32 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     return tok
 
 
+def require_bitsandbytes(what: str, fix: str) -> None:
+    """ConfigError unless bitsandbytes is installed and a CUDA GPU is present (its 4-bit weights, 8-bit and paged
+    optimizers run there): the message names `what` asked for it and `fix`."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"{what} needs bitsandbytes: pip install bitsandbytes (or {fix})")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{what} runs on a CUDA GPU only (bitsandbytes' kernels), and this machine has none; {fix}")
+
+
+def four_bit_config() -> Any:
+    """QLoRA's quantisation of the base weights: NF4, double quantised, bf16 compute (Dettmers et al. 2023)."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch.bfloat16)
+
+
 def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = "sdpa",
-               trust_remote_code: bool = False) -> Any:
-    """AutoModelForCausalLM (safetensors only) from a local directory, hub id, .gguf file or GGUF alias."""
+               trust_remote_code: bool = False, load_in_4bit: bool = False) -> Any:
+    """AutoModelForCausalLM (safetensors only) from a local directory, hub id, .gguf file or GGUF alias; with
+    `load_in_4bit`, its weights in 4-bit NF4 on the GPU (`four_bit_config`)."""
     from transformers import AutoModelForCausalLM
 
     from obliviate.modeling.gguf import resolve_gguf
@@ -62,10 +85,16 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     path = resolve_gguf(path)
     sources.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly
     attn_implementation = choose_attn_implementation(path, attn_implementation, trust_remote_code=trust_remote_code)
+    extra: dict[str, Any] = {}
+    if load_in_4bit:
+        require_bitsandbytes("model.load_in_4bit=true (QLoRA)", "set model.load_in_4bit=false")
+        import torch
+
+        extra = {"quantization_config": four_bit_config(), "device_map": {"": torch.cuda.current_device()}}
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_dtype(dtype), attn_implementation=attn_implementation,
-            trust_remote_code=trust_remote_code, use_safetensors=True,
+            trust_remote_code=trust_remote_code, use_safetensors=True, **extra,
         )
     except Exception as exc:
         raise ObliviateError(f"could not load a causal LM from {path!r}: {exc}") from None

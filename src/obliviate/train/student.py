@@ -24,7 +24,11 @@ def load_model(mc: ModelConfig) -> tuple[Any, Any]:
     if mc.tokenizer:
         check_tokenizer_source(mc.tokenizer, "model.tokenizer")
     model, tok = load_pretrained(mc.path, mc.tokenizer, dtype=mc.dtype, attn_implementation=mc.attn_implementation,
-                                 trust_remote_code=mc.trust_remote_code)
+                                 trust_remote_code=mc.trust_remote_code, load_in_4bit=mc.load_in_4bit)
+    if mc.load_in_4bit:  # QLoRA: norms in float32, inputs' gradients on, before the adapters go in
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     return (_with_lora(model, mc) if mc.lora.enabled else model), with_chat(tok, mc)
 
 

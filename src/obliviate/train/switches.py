@@ -70,6 +70,22 @@ def compile_layers(model: torch.nn.Module, backend: str) -> int:
     return len(layers)
 
 
+def check_memory_switches(train: Any, model: Any = None) -> list[str]:
+    """bitsandbytes' switches checked before any weights load (installed, a CUDA GPU present): train.optimizer and
+    model.load_in_4bit (QLoRA). Lines for `validate`; a ConfigError naming the key and the fix otherwise."""
+    lines = []
+    if train.optimizer != "adamw":
+        from obliviate.train.optim import optimizer_class
+
+        lines.append(f"optimizer: bitsandbytes {optimizer_class(train.optimizer).__name__}")
+    if model is not None and model.load_in_4bit:
+        from obliviate.modeling.load import require_bitsandbytes
+
+        require_bitsandbytes("model.load_in_4bit=true (QLoRA)", "set model.load_in_4bit=false")
+        lines.append("model: base weights in 4-bit NF4 under LoRA adapters (QLoRA)")
+    return lines
+
+
 def apply_switches(model: torch.nn.Module, cfg: Any) -> None:
     """Gradient checkpointing and compilation of the student as the train config asks (before it is wrapped)."""
     if cfg.gradient_checkpointing:

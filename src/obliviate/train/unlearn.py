@@ -287,9 +287,9 @@ def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | 
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
-           retain_rows: Rows, max_length: int, seed: int, pool: dict | None = None,
-           chunk: int | None = None) -> tuple[Side, Side | None]:
-    """Encode both sides, with refusal answers for the questions when an objective needs them."""
+           retain_rows: Rows, max_length: int, seed: int, chunk: int | None = None) -> tuple[Side, Side | None]:
+    """Encode both sides, with refusal answers for the questions when an objective needs them (θ0 caches:
+    `attach_caches`)."""
     if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
         raise ConfigError(f"{method.forget}/{method.retain} answer questions with a refusal, but the data is raw "
                           "text; use a QA split or an objective without refusals (e.g. npo, ga, rmu, asu)")
@@ -305,20 +305,44 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
                   refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length, chunk=chunk)
-    budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16,
-                         chunked=chunk is not None)
-    add_caches(budget, forget, retain, pool=pool, teacher=json.dumps(rm.teacher_kw, sort_keys=True, default=str))
     return forget, retain
 
 
-def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = None, teacher: str = "") -> None:
-    """A θ0 cache for each frozen role the sides' objectives read (hidden states stay live). With `pool`, a
-    cache is taken from (or left in) it under a key of everything its entries depend on: the side, the role,
-    the objective, the teacher's settings, the cache's mode and the encoded rows themselves (θ0 is the
-    caller's: one pool per θ0)."""
+def planned_rows(n_forget: int, n_retain: int, global_batch: int, seed: int, batches: int) -> tuple[set[int], set[int]]:
+    """(forget, retain) example indices the first `batches` global micro-batches of the run's plan hold: the rows
+    whose θ0 statistics a cache will ever store."""
+    plan = paired_batches(n_forget, n_retain, global_batch, seed=seed)
+    forget: set[int] = set()
+    retain: set[int] = set()
+    for _ in range(batches):
+        f, r = next(plan)
+        forget.update(f)
+        retain.update(r)
+        if len(forget) == n_forget and len(retain) == n_retain:
+            break
+    return forget, retain
+
+
+def attach_caches(method: MethodConfig, rm: ResolvedMethod, forget: Side, retain: Side | None, pool: dict | None,
+                  chunk: int | None, used: tuple[set[int], set[int]] | None = None) -> CacheBudget:
+    """The run's θ0 caches (method.cache*), sized by the rows the run will use (`used`, else every row)."""
+    budget = CacheBudget(method.cache, method.cache_max_gb, method.cache_topk, method.cache_bf16,
+                         chunked=chunk is not None, spill=method.cache_spill, directory=method.cache_dir)
+    add_caches(budget, forget, retain, pool=pool, teacher=json.dumps(rm.teacher_kw, sort_keys=True, default=str),
+               used=used)
+    return budget
+
+
+def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = None, teacher: str = "",
+               used: Sequence[set[int]] | None = None) -> None:
+    """A θ0 cache for each frozen role the sides' objectives read (hidden states stay live), its estimate over the
+    examples in `used` (per side; default: all). With `pool`, a cache is taken from (or left in) it under a key of
+    everything its entries depend on: the side, the role, the objective, the teacher's settings, the cache's mode
+    and form, and the encoded rows themselves (θ0 is the caller's: one pool per θ0)."""
     for n, side in enumerate(sides):
         if side is None:
             continue
+        rows = sorted(used[n]) if used is not None else None
         needs = side.spec.needs
         if side.loop_kw.get("positions", "answer") != "answer":
             continue  # stats at padding positions depend on the batch's width: no per-example cache
@@ -328,11 +352,12 @@ def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = Non
         for role in roles:
             enc = side.refusal_enc.fingerprint_rows() if role == "refusal_reference" else side.enc
             key = (n, role, side.spec.name, teacher if role == "teacher" else "", budget.mode, budget.topk,
-                   budget.bf16, hash(tuple(tuple(e.input_ids) for e in enc)))  # type: ignore[union-attr]
+                   budget.bf16, budget.chunked, hash(tuple(tuple(e.input_ids) for e in enc)))  # type: ignore[union-attr]
             if pool is not None and key in pool:
                 side.caches[role] = pool[key]
                 continue
-            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in enc))  # type: ignore[union-attr]
+            counted = enc if rows is None else [enc[i] for i in rows]  # type: ignore[index]
+            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in counted))
             if cache is not None:
                 side.caches[role] = cache
                 if pool is not None:
@@ -432,7 +457,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
     acc = accelerator or make_accelerator(train, tracking)
     chunk = vocab_chunk(train, model)
-    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, cache_pool, chunk)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
@@ -442,6 +467,9 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
     steps = total_steps(len(fside.enc), global_batch, train)
+    used = planned_rows(len(fside.enc), len(rside.enc) if rside else 0, global_batch, train.seed,
+                        steps * train.grad_accum)
+    attach_caches(method, rm, fside, rside, cache_pool, chunk, used)
     opt, sched = make_optimizer(model, train, steps)
     data = {"forget": fside.enc, "retain": rside.enc if rside else [],
             "forget_refusals": fside.refusal_enc.fingerprint_rows() if fside.refusal_enc else [],
