@@ -5,7 +5,8 @@ Prints the ratios issue 11 item 2 targets:
   asu_kl(cached) / asu_kl(live)  (and live / graddiff, the cost the cache removes)
 Same setup as sago_overhead.py (Llama hidden x layers, BPE vocab 2048, TOFU forget10/retain90, batch
 8+8, 1 thread). Every run starts from the same seed, so every run sees the same batches; the cache is
-filled by one untimed warm-up run and then reused by every cached run (θ0 is the same model), so the
+filled by one untimed warm-up run and then reused by every cached run through a `CachePool` (θ0 is the same
+model; a sweep's trials share θ0's caches the same way), so the
 cached figures are the steady state of epochs 2+. Variants interleaved in rounds; median step time
 per variant (the first step of each run is dropped). Usage: python benchmarks/cached_teacher.py
 """
@@ -24,31 +25,15 @@ VARIANTS = {"graddiff": {"forget": "ga", "retain": "nll"},
             "asu_kl_cached": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl", "cache": "exact"}}
 
 
-def share_caches() -> dict:
-    """Make every cached run reuse the caches of the first one (same data, same θ0: the stored entries are valid)."""
-    import obliviate.train.unlearn as u
-
-    real, kept = u.add_caches, {}  # type: ignore[var-annotated]
-
-    def add_caches(budget, *sides):
-        real(budget, *sides)
-        if budget.mode == "none":
-            return
-        for n, side in enumerate(sides):
-            if side is not None:
-                side.caches = kept.setdefault(n, side.caches)
-
-    u.add_caches = add_caches
-    return kept
-
-
-def run_variant(name: str, steps: int, state: tuple) -> list[float]:
+def run_variant(name: str, steps: int, state: tuple, pool: dict) -> list[float]:
+    """Step times of one run; cached runs share `pool` (the same data and θ0: its stored entries are valid)."""
     from obliviate.config import MethodConfig, TrainConfig
     from obliviate.train.unlearn import unlearn
 
     (forget, retain), tok, model = state
     cfg = TrainConfig(max_steps=steps, batch_size=8, lr=1e-5, progress=False, scheduler="constant")
-    res = unlearn(copy.deepcopy(model), tok, forget, retain, MethodConfig(**VARIANTS[name]), cfg, max_length=256)
+    res = unlearn(copy.deepcopy(model), tok, forget, retain, MethodConfig(**VARIANTS[name]), cfg, max_length=256,
+                  cache_pool=pool)
     return [h["step_seconds"] for h in res.history[1:]]
 
 
@@ -58,11 +43,13 @@ def main() -> None:
 
     torch.set_num_threads(1)
     state = setup(args.hidden, args.layers, args.data)
-    kept = share_caches()
-    run_variant("asu_kl_cached", args.steps, state)  # warm-up: fills the cache with the timed runs' examples
-    stored = sum(len(c.store) for caches in kept.values() for c in caches.values())
-    med, counts = interleaved({name: (lambda name=name: run_variant(name, args.steps, state)) for name in VARIANTS},
-                              args.rounds)
+    from obliviate.modeling.cache import CachePool
+
+    pool = CachePool()  # what a sweep's trials share (train/unlearn.py `cache_pool`)
+    run_variant("asu_kl_cached", args.steps, state, pool)  # warm-up: fills the cache with the timed runs' examples
+    stored = sum(len(c.store) for c in pool.values())
+    med, counts = interleaved({name: (lambda name=name: run_variant(name, args.steps, state, pool))
+                               for name in VARIANTS}, args.rounds)
     params = sum(p.numel() for p in state[2].parameters())
     print(f"model: Llama hidden {args.hidden} x {args.layers} layers, {params / 1e6:.2f}M parameters, vocab "
           f"{state[2].config.vocab_size}; {args.data} forget10/retain90, batch 8+8, 1 thread; {stored} cached entries")
