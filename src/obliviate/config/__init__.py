@@ -286,7 +286,7 @@ class EvalConfig:
                                            "TOFU_EVAL.json): forget_quality from the per-row forget truth ratios "
                                            "it holds, without the retain model (not with eval.retain_model)")
     max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
-    batch_size: int = setting(32, "evaluation batch size (generation rows; answers scored per forward)")
+    batch_size: int = setting(64, "evaluation batch size (generation rows; answers scored per forward)")
     max_examples: int | None = setting(None, "evaluate only the first N rows of each split (quick looks)")
     memorization: bool = setting(True, "forget extraction strength and exact memorisation (one forward, no generation)")
     holdout_split: str | None = setting(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id, prompt_ids
-from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats
+from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats, head_width, output_head, resolve_vocab_chunk
 from obliviate.progress import phase
 
 
@@ -182,9 +182,16 @@ def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]
         for part in chunks(length_order([len(encoded[i].input_ids) for i in rest]), batch_size):
             idx = [rest[j] for j in part]
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
-            losses[idx] = forward_stats(model, batch, keep_logits=False).nll.double().cpu().numpy()
+            losses[idx] = forward_stats(model, batch, keep_logits=False, chunk=scoring_chunk(model)).nll.double().cpu().numpy()
             advance(len(idx))
     return losses
+
+
+def scoring_chunk(model: Any) -> int | None:
+    """Rows per vocabulary chunk when answers are scored: train.vocab_chunk's `auto` rule at the model's vocabulary
+    (None below 32k ids), so a large vocabulary never needs a [tokens, vocab] tensor here either."""
+    head = output_head(model)
+    return None if head is None else resolve_vocab_chunk("auto", head_width(head))
 
 
 def prompt_length(e: Encoded) -> int:
@@ -243,7 +250,8 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
     labels = ab["labels"].to(device)
     # the answer forward sees [prompt cache | answer]; its logits at answer position t predict answer token t+1
     stats = forward_stats(model, {"input_ids": ab["input_ids"].to(device), "attention_mask": full_mask,
-                                  "labels": labels, "position_ids": _positions(amask, lengths), "cache": cache})
+                                  "labels": labels, "position_ids": _positions(amask, lengths), "cache": cache},
+                          keep_logits=False, chunk=scoring_chunk(model))
     first_lp = first.gather(-1, ab["input_ids"].to(device)[:, :1]).squeeze(-1)  # every answer has >= 1 token
     first_counts = (labels[:, 0] != IGNORE_INDEX).to(first_lp.dtype)
     total = stats.logp.double() + (first_lp * first_counts).double()

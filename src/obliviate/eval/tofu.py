@@ -118,11 +118,22 @@ def model_utility(values: Mapping[str, float | None]) -> float:
     return float(hmean(nums))
 
 
+class _RememberingStemmer:
+    """rouge_score's Porter stemmer with each word's stem remembered: the same stems, each word stemmed once
+    (stemming is most of ROUGE's time on long generations)."""
+
+    def __init__(self, stemmer: Any) -> None:
+        self.stem = lru_cache(maxsize=2**17)(stemmer.stem)
+
+
 @lru_cache(maxsize=1)
 def _scorer() -> Any:
-    from rouge_score import rouge_scorer
+    """ROUGE-L with rouge_score's own tokenizer and Porter stemming (as TOFU and open-unlearning score it)."""
+    from rouge_score import rouge_scorer, tokenizers
 
-    return rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    tokenizer = tokenizers.DefaultTokenizer(use_stemmer=True)
+    tokenizer._stemmer = _RememberingStemmer(tokenizer._stemmer)  # rouge_score offers no hook for the stemmer
+    return rouge_scorer.RougeScorer(["rougeL"], tokenizer=tokenizer)
 
 
 def rouge_recall(generations: Sequence[str], targets: Sequence[str]) -> np.ndarray:
@@ -216,11 +227,13 @@ def split_losses(model: Any, tokenizer: Any, rows: Sequence[QARow], correct: lis
 
 
 def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: Kind, max_new_tokens: int = 200,
-                   batch_size: int = 16, max_length: int = 256, max_total_tokens: int | None = None) -> SplitResult:
+                   batch_size: int = 16, max_length: int = 256, max_total_tokens: int | None = None,
+                   generations: Sequence[str] | None = None) -> SplitResult:
     """TOFU Prob, truth ratio, ROUGE-L recall and fact recall of one split (docs/METRICS.md §1).
 
     max_total_tokens bounds prompt + generated answer (closer-look protocol: 200) instead of max_new_tokens.
-    """
+    `generations`: the rows' greedy answers when the caller generated them already (`evaluate_tofu` generates
+    every split's in one pool)."""
     if kind not in KINDS:
         raise ValueError(f"unknown split kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     if not rows:
@@ -243,9 +256,13 @@ def evaluate_split(model: Any, tokenizer: Any, rows: Sequence[QARow], *, kind: K
     else:
         prob = None
         notes.append("prob not computed: real-authors/world-facts Prob is normalised over perturbed answers")
-    generations = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
-                                   batch_size=batch_size, max_total_tokens=max_total_tokens,
-                                   desc=f"evaluating {kind}: answers")
+    if generations is None:
+        generations = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
+                                       batch_size=batch_size, max_total_tokens=max_total_tokens,
+                                       desc=f"evaluating {kind}: answers")
+    elif len(generations) != len(rows):
+        raise ValueError(f"{len(generations)} generations for {len(rows)} rows of split {kind!r}")
+    generations = list(generations)
     rouge = rouge_recall(generations, [r.answer for r in rows])
     aggregate = forget_truth_ratio if kind == "forget" else retain_truth_ratio
     summary = {
@@ -275,10 +292,20 @@ def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARo
     out: dict[str, Any] = {name: None for name in METRICS}
     notes: list[str] = []
     results = {}
-    for kind in (k for k in KINDS if k in splits):
+    kinds = [k for k in KINDS if k in splits]
+    for kind in kinds:  # the empty-split error before any generation
+        if not splits[kind]:
+            raise ValueError(f"split {kind!r} has no rows to evaluate")
+    pooled = generate_answers(model, tokenizer, [r.question for k in kinds for r in splits[k]],
+                              max_new_tokens=max_new_tokens, batch_size=batch_size, max_total_tokens=max_total_tokens,
+                              desc="evaluating: answers")  # one pool, batched in length order across the splits
+    at = 0
+    for kind in kinds:
+        n = len(splits[kind])
         res = evaluate_split(model, tokenizer, splits[kind], kind=kind,  # type: ignore[arg-type]
                              max_new_tokens=max_new_tokens, batch_size=batch_size, max_length=max_length,
-                             max_total_tokens=max_total_tokens)
+                             max_total_tokens=max_total_tokens, generations=pooled[at:at + n])
+        at += n
         results[kind] = res
         if results_out is not None:
             results_out[kind] = res
