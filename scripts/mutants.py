@@ -38,6 +38,7 @@ T_LOOP = ("tests/train/test_loop_math.py",)
 T_SYN = ("tests/test_gradients.py",)
 T_OBJ = ("tests/objectives",)
 T_LOGP = ("tests/modeling/test_logprobs.py", "tests/objectives")
+T_CHUNK = ("tests/modeling/test_vocab_chunks.py",)
 T_SMOOTH = ("tests/modeling/test_smoothing.py",)
 T_TOFU = ("tests/eval/test_tofu.py",)
 T_MEM = ("tests/eval/test_memorization.py", "tests/eval/test_mia.py")
@@ -89,8 +90,8 @@ MUTANTS: list[Mutant] = [
            "F.logsigmoid(beta * (nll + delta))", T_OBJ),
     Mutant("dpo: chosen and rejected swapped", "objectives/forget.py", "F.logsigmoid(beta * (chosen - rejected))",
            "F.logsigmoid(beta * (rejected - chosen))", T_OBJ),
-    Mutant("me: log V term dropped", "objectives/forget.py", "kl = -log_p.mean(-1) - math.log(log_p.shape[-1])",
-           "kl = -log_p.mean(-1)", T_OBJ),
+    Mutant("me: log V term dropped", "objectives/forget.py", "return -log_p.mean(-1) - math.log(log_p.shape[-1])",
+           "return -log_p.mean(-1)", T_OBJ),
     Mutant("undial: gold logit raised", "objectives/forget.py",
            "torch.softmax(reference_log_probs.detach() - beta * onehot, dim=-1)",
            "torch.softmax(reference_log_probs.detach() + beta * onehot, dim=-1)", T_OBJ),
@@ -176,8 +177,21 @@ MUTANTS: list[Mutant] = [
            "return len(set(bigrams)) / len(bigrams)", ("tests/eval/test_fluency.py",)),
     # issue 11: packed answer rows, length grouping, precision, shared-prompt scoring
     Mutant("packed KL: direction swapped", "modeling/logprobs.py",
-           "return q.spread(kl_per_token(p.answer_log_probs(), q.answer_log_probs()))",
-           "return q.spread(kl_per_token(q.answer_log_probs(), p.answer_log_probs()))", T_LOGP),
+           "return q.spread(map_rows(kl_per_token, [p, q]))",
+           "return q.spread(map_rows(kl_per_token, [q, p]))", T_LOGP),
+    Mutant("vocab chunks: each chunk loses its last row", "modeling/logprobs.py",
+           "args = [t[start:start + c] for t in (*inputs, *extra)]",
+           "args = [t[start:start + c - 1] for t in (*inputs, *extra)]", T_CHUNK),
+    Mutant("vocab chunks: a chunk's rows read the head's logits without log-softmax", "modeling/logprobs.py",
+           "rows = [a if h is None else F.log_softmax(_wide(h.head(a)), dim=-1) for h, a in zip(heads, args)]",
+           "rows = [a if h is None else _wide(h.head(a)) for h, a in zip(heads, args)]", T_CHUNK),
+    Mutant("vocab chunks: auto chunks twice the rows", "modeling/logprobs.py",
+           "CHUNK_AUTO_ELEMENTS = 2**23", "CHUNK_AUTO_ELEMENTS = 2**24", T_CHUNK),
+    Mutant("θ0 hidden-state cache: an example's rows start one row late", "modeling/cache.py",
+           "return (logp, rows.hidden[start: start + int(m.sum())].clone())",
+           "return (logp, rows.hidden[start + 1: start + 1 + int(m.sum())].clone())", T_CHUNK),
+    Mutant("cache estimate: every row counted, not the rows the plan uses", "train/unlearn.py",
+           "counted = enc if rows is None else [enc[i] for i in rows]", "counted = enc", ("tests/train/test_cached.py",)),
     Mutant("group_by_length: a step loses its last example", "train/unlearn.py",
            "        out.append(order[at: at + len(m)])", "        out.append(order[at: at + len(m) - 1])",
            ("tests/train/test_switches.py",)),
