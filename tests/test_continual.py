@@ -89,8 +89,8 @@ def test_asu_chains_theta0_and_reevaluates_every_request(world30, small_tok, tra
     teachers, after = [], []
 
     class Recording(FrozenModels):
-        def __init__(self, model, teacher):
-            super().__init__(model, teacher)
+        def __init__(self, model, teacher, **kw):
+            super().__init__(model, teacher, **kw)
             teachers.append(_params(self.model))  # the frozen copy actually used as teacher / reference
 
     def unlearn_and_record(model, *args, **kw):
@@ -165,8 +165,8 @@ def test_lora_student_rebases_theta0_on_the_last_result(world30, small_tok, trai
     theta0, after = [], []
 
     class Recording(FrozenModels):
-        def __init__(self, model, teacher):
-            super().__init__(model, teacher)
+        def __init__(self, model, teacher, **kw):
+            super().__init__(model, teacher, **kw)
             theta0.append(self.reference_stats(batch).logits)  # adapters-off: LoRA's θ0
 
     def unlearn_and_record(model, *args, **kw):
