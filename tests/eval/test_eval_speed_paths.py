@@ -46,14 +46,14 @@ def test_every_split_is_generated_in_one_pool(monkeypatch, small_world, small_to
 def test_answers_at_a_large_vocabulary_are_scored_in_chunks_with_the_same_losses(monkeypatch, small_tok,
                                                                                   trained_small, small_world):
     model = copy.deepcopy(trained_small)
-    model.resize_token_embeddings(40_000, mean_resizing=False)  # >= 32k ids: the auto rule chunks
-    assert scoring_chunk(model) == 209 and scoring_chunk(trained_small) is None
+    model.resize_token_embeddings(70_000, mean_resizing=False)  # >= 64k ids: the auto rule chunks
+    assert scoring_chunk(model) == 119 and scoring_chunk(trained_small) is None
     pairs = [(r.question, r.answer) for r in small_world.splits["forget10"][:6]]
     seen = []
     real = gen.forward_stats
     monkeypatch.setattr(gen, "forward_stats", lambda *a, **kw: seen.append(kw.get("chunk")) or real(*a, **kw))
     chunked = batched_avg_loss(model, small_tok, pairs, batch_size=4, max_length=64)
-    assert seen and set(seen) == {209}
+    assert seen and set(seen) == {119}
     monkeypatch.setattr(gen, "scoring_chunk", lambda m: None)
     plain = batched_avg_loss(model, small_tok, pairs, batch_size=4, max_length=64)
     np.testing.assert_allclose(chunked, plain, rtol=1e-5)

@@ -182,7 +182,7 @@ def test_map_rows_gives_fn_on_every_row_in_order_and_empty_batches_their_shape(s
 
 
 @pytest.mark.parametrize("setting, vocab, rows", [
-    ("auto", 128_256, 65), ("auto", 49_152, 170), ("auto", 32_768, 256), ("auto", 32_767, None),
+    ("auto", 128_256, 65), ("auto", 151_936, 64), ("auto", 65_536, 128), ("auto", 65_535, None), ("auto", 49_152, None),
     ("auto", 1_000_000, 64), (0, 128_256, None), (512, 1024, 512)])
 def test_the_chunk_size_a_setting_gives(setting, vocab, rows):
     assert resolve_vocab_chunk(setting, vocab) == rows

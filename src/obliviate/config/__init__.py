@@ -221,7 +221,7 @@ class TrainConfig:
                                      "vocabulary-sized loss (log-softmax, NLL, KL, entropy) run this many rows at a "
                                      "time and are recomputed in the backward, so no [tokens, vocab] tensor of the "
                                      "batch exists (same values and gradients); 0: all rows at once; auto: "
-                                     "2^23 / vocab rows from a 32,768 vocabulary on, else 0 (modeling/logprobs.py)")
+                                     "2^23 / vocab rows from a 65,536 vocabulary on (Llama-3, Qwen, Gemma), else 0 (modeling/logprobs.py)")
     compile: bool = setting(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
     compile_backend: str = setting("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
     report_to: str | list = setting("none", "experiment trackers that get every optimizer step's history entry (its "

@@ -189,7 +189,7 @@ def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]
 
 def scoring_chunk(model: Any) -> int | None:
     """Rows per vocabulary chunk when answers are scored: train.vocab_chunk's `auto` rule at the model's vocabulary
-    (None below 32k ids), so a large vocabulary never needs a [tokens, vocab] tensor here either."""
+    (None below 64k ids), so a large vocabulary never needs a [tokens, vocab] tensor here either."""
     head = output_head(model)
     return None if head is None else resolve_vocab_chunk("auto", head_width(head))
 

@@ -41,12 +41,13 @@ from obliviate.errors import ConfigError
 IGNORE_INDEX = -100
 REDUCTIONS = ("token", "example")
 CHUNK_AUTO_ELEMENTS = 2**23  # train.vocab_chunk=auto: rows per chunk = this / V (32 MiB of float32 logits)
-CHUNK_AUTO_MIN_VOCAB = 32_768  # ... and only from this vocabulary size on (smaller heads: one chunk, no recompute)
+CHUNK_AUTO_MIN_VOCAB = 65_536  # ... and only from this vocabulary size on (below it the [tokens, V] rows of a
+# batch stay small and the recompute would cost more than it saves: SmolLM2 49k, Llama-2 and Mistral 32k)
 
 
 def resolve_vocab_chunk(setting: int | str, vocab: int) -> int | None:
     """Rows per vocabulary chunk for `train.vocab_chunk` (an int >= 1, 0 = off, or "auto") at vocabulary `vocab`;
-    None = unchunked. auto: max(64, 2^23 // V) rows from V = 32,768 on (Llama-3's 128,256 -> 65 rows), else off."""
+    None = unchunked. auto: max(64, 2^23 // V) rows from V = 65,536 on (Llama-3's 128,256 -> 65 rows), else off."""
     if setting == "auto":
         return max(64, CHUNK_AUTO_ELEMENTS // vocab) if vocab >= CHUNK_AUTO_MIN_VOCAB else None
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
