@@ -98,6 +98,22 @@ def facts_file(tmp_path_factory, trained_small, small_tok, small_world):
     return path
 
 
+@pytest.fixture
+def plain_sgd(monkeypatch):
+    """`unlearn` with plain SGD (lr 1, every trainable parameter) instead of AdamW: one step moves θ by exactly
+    −.grad, so a test can compare the step with a gradient computed on its own."""
+    import torch
+    from transformers import get_scheduler
+
+    from obliviate.train import unlearn as unlearn_mod
+
+    def sgd(model, cfg, steps):
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        return opt, get_scheduler("constant", opt)
+
+    monkeypatch.setattr(unlearn_mod, "make_optimizer", sgd)
+
+
 # ---------------------------------------------------------------- skips: only for reasons a user's machine can have
 # A test may skip only because an optional extra is not installed or a GPU is absent, and says so with one of these
 # prefixes; any other skip (a missing file, a missing fixture) fails the run in pytest_sessionfinish, listed by name.

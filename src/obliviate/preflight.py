@@ -209,8 +209,9 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     elif cfg.eval.enabled and cfg.muse.source:
         lines += _check_muse_eval(cfg)
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    if cfg.method.cache_dir:  # where a cache over its limit would be spilled, checked before any training
+        check_writable_location(Path(cfg.method.cache_dir) / "obliviate-cache", "method.cache_dir")
     lines += tracking.check(cfg.train, cfg.output_dir)
-    lines += _memory_switches(cfg.train, None if path == "tiny" else cfg.model)
     lines += _memory_switches(cfg.train, cfg.model)
     if cfg.train.compile:
         from obliviate.train.switches import check_backend
@@ -312,6 +313,7 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
         lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
     lines += tracking.check(cfg.train, cfg.output_dir)
+    lines += _memory_switches(cfg.train, None if path == "tiny" else cfg.model)
     return rows, lines
 
 

@@ -26,18 +26,6 @@ TOL = {"rtol": 1e-5, "atol": 1e-6}
 HIDDEN_ONLY = {"rmu", "hidden_mse"}  # no vocabulary rows at all: nothing to chunk
 
 
-def _sgd(model, cfg, steps):
-    from transformers import get_scheduler
-
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
-    return opt, get_scheduler("constant", opt)
-
-
-@pytest.fixture
-def plain_sgd(monkeypatch):
-    monkeypatch.setattr(unlearn_mod, "make_optimizer", _sgd)
-
-
 def _step(theta0, tok, world, method, chunk, steps=1, lora=False):
     """(history, parameter deltas) of `steps` SGD steps of `method` from a copy of θ0 with train.vocab_chunk=chunk."""
     model = copy.deepcopy(theta0)

@@ -15,23 +15,10 @@ from obliviate.data.tokenize import collate, pad_id
 from obliviate.gradients import RuleState, combine
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.objectives import FORGET, RETAIN
-from obliviate.train import unlearn as unlearn_mod
 from obliviate.train.unlearn import encode_rows, unlearn
 
 N = 4  # forget and retain examples; batch_size N makes the one step's micro-batch all of them
 ALPHA, GAMMA = 2.0, 0.5  # different, so swapping them changes every expected gradient
-
-
-def _sgd(model, cfg, steps):
-    from transformers import get_scheduler
-
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
-    return opt, get_scheduler("constant", opt)
-
-
-@pytest.fixture
-def plain_sgd(monkeypatch):
-    monkeypatch.setattr(unlearn_mod, "make_optimizer", _sgd)
 
 
 def _cfg(batch_size=N, grad_accum=1):

@@ -109,3 +109,22 @@ def test_qlora_trains_adapters_over_a_4bit_base_and_theta0_is_the_adapters_off(m
             TrainConfig(max_steps=2, batch_size=4, lr=1e-3, progress=False), max_length=64)
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n for n in changed)
+
+
+def test_finetune_checks_the_switches_too(no_bitsandbytes, tofu_dir, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["finetune", "model.path=tiny", f"data.source={tofu_dir}", "data.splits=[forget01]",
+                 "train.optimizer=adamw_8bit", f"output_dir={out}"]) == 2
+    assert "train.optimizer=adamw_8bit needs bitsandbytes" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_cache_dir_that_cannot_be_written_is_refused_before_training(model_dir, tofu_dir, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = tmp_path / "never"
+    args = [f"model.path={model_dir}", f"data.source={tofu_dir}", "data.forget_split=forget01",
+            "data.retain_split=retain99", "eval.enabled=false", f"method.cache_dir={blocker}", f"output_dir={out}"]
+    for command in ("validate", "unlearn"):
+        assert main([command, *args]) == 2
+        assert "method.cache_dir" in capsys.readouterr().err
+    assert not out.exists()
