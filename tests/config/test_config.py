@@ -11,6 +11,11 @@ def test_overrides_parse_types_and_nested_sections():
     assert cfg.train.lr == 2e-5 and cfg.method.forget_args == {"tau": 3, "layers": [0]} and cfg.eval.max_examples == 5
 
 
+def test_eval_batch_size_is_auto_or_rows():
+    assert load_config(RunConfig, None, []).eval.rows is None  # auto by default
+    assert load_config(RunConfig, None, ["eval.batch_size=24"]).eval.rows == 24
+
+
 def test_yaml_file_and_override_precedence(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("train:\n  lr: 1e-4\n  epochs: 2\nmethod:\n  forget: ga\n")
@@ -25,6 +30,8 @@ def test_yaml_file_and_override_precedence(tmp_path):
     ("train.scheduler=wiggly", "one of linear"),
     ("nosuchsection.a=1", "unknown key"),
     ("train.lr", "must look like key.sub=value"),
+    ("eval.batch_size=0", "eval.batch_size=0 is impossible: it must be auto or a number of rows >= 1"),
+    ("eval.batch_size=big", "eval.batch_size='?big'? is impossible: it must be auto or a number"),
 ])
 def test_bad_overrides_are_clear_errors(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -5,7 +5,7 @@ import pytest
 
 from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.rows import QARow, check_disjoint, load_split
-from obliviate.data.tokenize import collate, encode_qa, pad_id, prompt_ids
+from obliviate.data.tokenize import collate, encode_qa, encode_qa_many, pad_id, prompt_ids
 from obliviate.errors import DataError
 
 
@@ -122,6 +122,8 @@ def test_chat_template_prompt_is_masked(small_tok):
     assert e.labels[:n_prompt] == [-100] * n_prompt and all(x != -100 for x in e.labels[n_prompt:])
     assert tok.decode(e.input_ids[:n_prompt]).endswith("Bot:")
     assert e.input_ids[-1] == tok.eos_token_id and tok.decode(e.labels[n_prompt:]).strip().startswith("In Orla.")
+    pairs = [("Where was Ann born?", "In Orla."), ("Who?", "Ann."), ("Where was Ann born?", "Far away, in Orla.")]
+    assert encode_qa_many(tok, pairs, 64) == [encode_qa(tok, q, a, 64) for q, a in pairs]
 
 
 def test_a_missing_source_says_that_tofu_ships_with_obliviate(tmp_path):

@@ -1,4 +1,4 @@
-"""The evaluation's faster paths give the plain paths' numbers: ROUGE with remembered stems, one generation pool
+"""The evaluation's faster paths give the plain paths' numbers: ROUGE with remembered stems and a bit-parallel LCS, one generation pool
 over every split, answers scored in vocabulary chunks at large vocabularies."""
 import copy
 
@@ -21,6 +21,19 @@ def test_rouge_with_remembered_stems_equals_rouge_score_itself():
     assert list(tofu.rouge_recall(texts, targets)) == expected
     assert list(tofu.rouge_recall(texts, targets)) == expected  # and again, from the remembered stems
     assert 0 < expected[2] < 1  # stemming matters on these rows
+
+
+def test_bit_parallel_lcs_equals_rouge_scores_table():
+    import random
+
+    from rouge_score.rouge_scorer import _lcs_table
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        a = [rng.choice("abcde") for _ in range(rng.randint(0, 40))]
+        b = [rng.choice("abcdef") for _ in range(rng.randint(0, 40))]
+        assert tofu.lcs_length(a, b) == (_lcs_table(a, b)[-1][-1] if a and b else 0)
+    assert tofu.lcs_length(list("abcbdab"), list("bdcaba")) == 4  # the textbook pair (CLRS): "bcba"
 
 
 def test_every_split_is_generated_in_one_pool(monkeypatch, small_world, small_tok, trained_small):

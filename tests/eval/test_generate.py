@@ -9,10 +9,10 @@ from obliviate.data.tokenize import answer_ids, collate, encode_qa, pad_id, prom
 from obliviate.eval.generate import (
     answer_budgets,
     batched_avg_loss,
-    cap_rows,
     decode_continuations,
     generate_answers,
     length_order,
+    token_batches,
 )
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -62,6 +62,7 @@ def test_decode_cuts_at_first_eos_and_strips(tok_model):
     assert decode_continuations(tok, ids, [eos]) == ["Paris is nice", "Oslo"]
     no_eos = torch.tensor([hello + [tok.pad_token_id]])  # no EOS: pad is a special token, skipped
     assert decode_continuations(tok, no_eos, [eos]) == ["Paris is nice"]
+    assert decode_continuations(tok, [hello, [], junk + [eos] + hello], [eos]) == ["Paris is nice", "", "Oslo"]
 
 
 def test_batched_generation_equals_one_at_a_time(tok_model):
@@ -89,9 +90,6 @@ def test_total_length_budget_by_hand():
     # closer-look generate(max_length=200): prompts of 10, 30, 200, 250 tokens get 190, 170, 0, -50 new tokens
     assert answer_budgets([10, 30, 200, 250], 16, 200) == [190, 170, 0, -50]
     assert answer_budgets([10, 30], 16, None) == [16, 16]
-    # row caps: row 0 keeps 2 ids, row 1 keeps 0, row 2 all 3; the rest becomes the fill id (7)
-    ids = torch.tensor([[1, 2, 3], [4, 5, 6], [8, 9, 10]])
-    assert cap_rows(ids, [2, 0, 3], 7).tolist() == [[1, 2, 7], [7, 7, 7], [8, 9, 10]]
 
 
 def test_total_length_limit_equals_per_row_new_tokens(tok_model):
@@ -154,3 +152,43 @@ def test_answers_to_one_question_are_scored_after_one_shared_prompt(tok_model, m
     monkeypatch.setattr(g, "_SHARING_OK", {})
     monkeypatch.setattr(g, "_shared_losses", lambda m, groups, *a: np.zeros(sum(len(x) for x in groups)))
     np.testing.assert_allclose(batched_avg_loss(model, tok, pairs, batch_size=8), plain, atol=1e-5, rtol=0)
+
+
+def test_token_batches_by_hand():
+    # lengths 5, 1, 4, 2, 4 in length order: 1 (len 1), 3 (2), 2 (4), 4 (4), 0 (5)
+    assert token_batches([5, 1, 4, 2, 4], 2) == [[1, 3], [2, 4], [0]]
+    # at most 8 padded tokens: [1, 3] (2 x 2 = 4; adding len 4 makes 3 x 4 = 12 > 8), [2, 4] (2 x 4), [0] (5)
+    assert token_batches([5, 1, 4, 2, 4], None, tokens=8) == [[1, 3], [2, 4], [0]]
+    assert token_batches([5, 1, 4, 2, 4], None, tokens=12) == [[1, 3, 2], [4, 0]]  # 3 x 4 = 12 fits
+    assert token_batches([9], None, tokens=4) == [[0]]  # a row longer than the budget still gets a batch
+    assert token_batches([], None) == []
+
+
+def test_automatic_scoring_batches_equal_per_example(tok_model, monkeypatch):
+    """batch_size None: prompts run once per window, answers in several length-sorted token batches, each given its
+    rows of the prompt cache again; the same losses as one pair at a time."""
+    import obliviate.eval.generate as g
+
+    tok, model = tok_model
+    answers = [a for _, a in QA] + ["Paris.", "It was Hamlet, a long time ago, in a far away land."]
+    pairs = [(q, a) for q, _ in QA[:4] for a in answers] + [(UNSEEN[1], "No idea."), (UNSEEN[0], "Hm.")]
+    parts = []
+    real = g.forward_stats
+    monkeypatch.setattr(g, "forward_stats", lambda m, b, **kw: parts.append(b["input_ids"].shape) or real(m, b, **kw))
+    monkeypatch.setattr(g, "SCORE_TOKENS", 40)
+    monkeypatch.setattr(g, "SCORE_WINDOW", 2 * len(answers))
+    auto = batched_avg_loss(model, tok, pairs, batch_size=None)
+    single = np.array([batched_avg_loss(model, tok, [p], batch_size=1)[0] for p in pairs])
+    np.testing.assert_allclose(auto, single, atol=1e-5, rtol=0)
+    assert len(parts) > 6 and all(s[0] * s[1] <= 40 or s[0] == 1 for s in parts[-4:])
+
+
+def test_encode_many_equals_pair_by_pair(tok_model):
+    from obliviate.data.tokenize import encode_qa_many
+
+    tok, _ = tok_model
+    pairs = [(q, a) for q, a in QA[:3]] + [(QA[0][0], "Lima."), (UNSEEN[1], QA[4][1] * 8)]
+    for length in (256, 12):  # 12: answers and a prompt cut by the truncation policy
+        assert encode_qa_many(tok, pairs, length) == [encode_qa(tok, q, a, length) for q, a in pairs]
+    with pytest.raises(ValueError, match="max_length"):
+        encode_qa_many(tok, pairs, 1)

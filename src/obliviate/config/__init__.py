@@ -286,7 +286,9 @@ class EvalConfig:
                                            "TOFU_EVAL.json): forget_quality from the per-row forget truth ratios "
                                            "it holds, without the retain model (not with eval.retain_model)")
     max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
-    batch_size: int = setting(64, "evaluation batch size (generation rows; answers scored per forward)")
+    batch_size: int | str = setting("auto", "evaluation batch size: auto (generation: as many rows as the KV cache "
+                                    "budget holds, at most 512, finished rows leaving the batch; scoring: 4,096 "
+                                    "padded answer tokens per forward) or a number of rows for both")
     max_examples: int | None = setting(None, "evaluate only the first N rows of each split (quick looks)")
     memorization: bool = setting(True, "forget extraction strength and exact memorisation (one forward, no generation)")
     holdout_split: str | None = setting(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")
@@ -315,7 +317,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         require(self.max_new_tokens >= 1, "eval.max_new_tokens", self.max_new_tokens, ">= 1")
-        require(self.batch_size >= 1, "eval.batch_size", self.batch_size, ">= 1")
+        require(self.batch_size == "auto" or (isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool)
+                                              and self.batch_size >= 1),
+                "eval.batch_size", self.batch_size, "auto or a number of rows >= 1")
         require(self.max_examples is None or self.max_examples >= 1, "eval.max_examples", self.max_examples, ">= 1 or null")
         require(not (self.retain_model and self.retain_reference), "eval.retain_reference", self.retain_reference,
                 "null when eval.retain_model is set: forget quality takes one reference, the retain model or "
@@ -329,6 +333,11 @@ class EvalConfig:
                  self.keep_best_direction, "maximize or minimize")
         require(self.keep_best is None or self.every_steps is not None, "eval.keep_best", self.keep_best,
                  "null unless eval.every_steps is set (the best is chosen among the evaluations during training)")
+
+    @property
+    def rows(self) -> int | None:
+        """eval.batch_size as the evaluation functions take it: None for auto."""
+        return None if self.batch_size == "auto" else int(self.batch_size)
 
 
 @dataclass(frozen=True)

@@ -66,16 +66,38 @@ class Encoded:
     truncated: bool
 
 
-def encode_qa(tokenizer: Any, question: str, answer: str, max_length: int) -> Encoded:
-    """Tokenise one QA pair under the module's truncation policy."""
-    if max_length < 2:
-        raise ValueError(f"max_length must be at least 2, got {max_length}")
-    p, a = prompt_ids(tokenizer, question), answer_ids(tokenizer, question, answer)
+def _fit(p: list[int], a: list[int], max_length: int) -> Encoded:
+    """Prompt ids + answer ids under the module's truncation policy."""
     truncated = len(p) + len(a) > max_length
     if len(p) > max_length - 1:
         p = p[len(p) - (max_length - 1):]
     a = a[: max_length - len(p)]
     return Encoded(p + a, [IGNORE_INDEX] * len(p) + a, truncated)
+
+
+def encode_qa(tokenizer: Any, question: str, answer: str, max_length: int) -> Encoded:
+    """Tokenise one QA pair under the module's truncation policy."""
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2, got {max_length}")
+    return _fit(prompt_ids(tokenizer, question), answer_ids(tokenizer, question, answer), max_length)
+
+
+def encode_qa_many(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
+    """`encode_qa` of every pair, each question's prompt tokenised once and (plain prompts) the answers in one
+    batched tokenizer call; the same ids as pair by pair."""
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2, got {max_length}")
+    prompts: dict[str, list[int]] = {}
+    for q, _ in pairs:
+        if q not in prompts:
+            prompts[q] = prompt_ids(tokenizer, q)
+    if has_chat_template(tokenizer) or not pairs:
+        answers = [answer_ids(tokenizer, q, a) for q, a in pairs]
+    else:
+        eos = tokenizer.eos_token_id
+        tail = [eos] if eos is not None else []
+        answers = [ids + tail for ids in tokenizer([" " + a for _, a in pairs], add_special_tokens=False)["input_ids"]]
+    return [_fit(prompts[q], a, max_length) for (q, _), a in zip(pairs, answers)]
 
 
 def pad_id(tokenizer: Any) -> int:

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id, prompt_ids
+from obliviate.data.tokenize import Encoded, collate, encode_qa_many, pad_id, prompt_ids
+from obliviate.eval.decode import free_bytes, generation_rows, greedy_decode, model_device
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats, head_width, output_head, resolve_vocab_chunk
 from obliviate.progress import phase
 
@@ -28,14 +29,6 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         yield model
     finally:
         model.train(was_training)
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's first parameter (where input tensors must go)."""
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
 
 
 def length_order(lengths: Sequence[int]) -> list[int]:
@@ -68,54 +61,53 @@ def stop_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-def decode_continuations(tokenizer: Any, new_ids: Tensor, eos_ids: Sequence[int]) -> list[str]:
-    """Decode generated ids [B, L]: cut each row before its first EOS, skip special tokens, strip."""
-    out = []
-    for row in new_ids.tolist():
-        cut = next((j for j, t in enumerate(row) if t in eos_ids), len(row))
-        out.append(tokenizer.decode(row[:cut], skip_special_tokens=True).strip())
+def decode_continuations(tokenizer: Any, new_ids: Sequence[Sequence[int]], eos_ids: Sequence[int]) -> list[str]:
+    """Decode generated ids (rows of any length): cut each row before its first EOS, skip special tokens, strip."""
+    rows = []
+    for row in (new_ids.tolist() if isinstance(new_ids, Tensor) else new_ids):
+        row = list(row)
+        rows.append(row[:next((j for j, t in enumerate(row) if t in eos_ids), len(row))])
+    return [text.strip() for text in tokenizer.batch_decode(rows, skip_special_tokens=True)] if rows else []
+
+
+def generation_batches(model: Any, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
+                       batch_size: int | None) -> Iterator[list[int]]:
+    """Indices of `prompts` in length order, cut into generation batches: `batch_size` rows each, or with None as
+    many as the KV cache budget holds at the longest prompt + answer (`decode.generation_rows`)."""
+    order = [i for i in length_order([len(p) for p in prompts]) if budgets[i] >= 1]
+    if batch_size is not None:
+        yield from (list(c) for c in chunks(order, batch_size))
+        return
+    if not order:
+        return
+    head = output_head(model)
+    vocab = head_width(head) if head is not None else 0
+    longest = max(len(prompts[i]) + budgets[i] for i in order)
+    rows = generation_rows(model, longest, vocab, free_bytes(model_device(model)))
+    yield from (list(c) for c in chunks(order, rows))
+
+
+def _generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
+              batch_size: int | None, desc: str) -> list[str]:
+    """Greedy continuations of prompt ids, row i at most budgets[i] new ids ("" where < 1), in input order."""
+    eos_ids = stop_ids(model, tokenizer)
+    pad = pad_id(tokenizer)
+    out = [""] * len(prompts)
+    with eval_mode(model), phase(desc, len(prompts)) as advance:
+        advance(sum(1 for b in budgets if b < 1))
+        for idx in generation_batches(model, prompts, budgets, batch_size):
+            ids = greedy_decode(model, [list(prompts[i]) for i in idx], [budgets[i] for i in idx], eos_ids, pad)
+            for i, text in zip(idx, decode_continuations(tokenizer, ids, eos_ids)):
+                out[i] = text
+            advance(len(idx))
     return out
-
-
-def cap_rows(new_ids: Tensor, caps: Sequence[int], fill: int) -> Tensor:
-    """Generated ids [B, L] with row i's ids from position caps[i] on set to `fill` (an EOS: decoding cuts there)."""
-    out = new_ids.clone()
-    for i, cap in enumerate(caps):
-        out[i, max(cap, 0):] = fill
-    return out
-
-
-def _greedy_batch(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int,
-                  eos_ids: list[int], caps: Sequence[int] | None = None) -> list[str]:
-    """Greedy continuations of one batch of prompt ids (left padded, KV cache); row i keeps <= caps[i] new ids."""
-    enc = [Encoded(p, [IGNORE_INDEX] * len(p), False) for p in prompts]
-    batch = collate(enc, pad_id(tokenizer), left=True)
-    device = model_device(model)
-    kwargs = dict(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                  max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
-                  # Neutralise processors a checkpoint's generation_config may switch on: plain greedy only.
-                  repetition_penalty=1.0, no_repeat_ngram_size=0, pad_token_id=pad_id(tokenizer), eos_token_id=eos_ids)
-    try:  # a preallocated KV cache: no growing copies per step (same tokens; ~15% faster here)
-        out = model.generate(**kwargs, cache_implementation="static")
-    except (ValueError, TypeError, NotImplementedError):  # architectures without a static cache
-        out = model.generate(**kwargs)
-    width = batch["input_ids"].shape[1]
-    new_ids = out[:, width:].cpu()
-    return decode_continuations(tokenizer, new_ids if caps is None else cap_rows(new_ids, caps, eos_ids[0]), eos_ids)
 
 
 @torch.no_grad()
 def greedy_ids(model: Any, tokenizer: Any, prompts: Sequence[list[int]], *, max_new_tokens: int,
-               batch_size: int, desc: str = "generating") -> list[str]:
-    """Greedy continuations of prompt ids, batched in length order, returned in input order."""
-    eos = stop_ids(model, tokenizer)
-    out = [""] * len(prompts)
-    with eval_mode(model), phase(desc, len(prompts)) as advance:
-        for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
-            for i, text in zip(idx, _greedy_batch(model, tokenizer, [list(prompts[i]) for i in idx], max_new_tokens, eos)):
-                out[i] = text
-            advance(len(idx))
-    return out
+               batch_size: int | None, desc: str = "generating") -> list[str]:
+    """Greedy continuations of prompt ids, batched in length order (None: automatic rows), in input order."""
+    return _generate(model, tokenizer, prompts, [max_new_tokens] * len(prompts), batch_size, desc)
 
 
 def answer_budgets(prompt_lengths: Sequence[int], max_new_tokens: int, max_total_tokens: int | None) -> list[int]:
@@ -128,58 +120,72 @@ def answer_budgets(prompt_lengths: Sequence[int], max_new_tokens: int, max_total
 
 @torch.no_grad()
 def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], *, max_new_tokens: int = 200,
-                     batch_size: int = 16, max_total_tokens: int | None = None,
+                     batch_size: int | None = 16, max_total_tokens: int | None = None,
                      desc: str = "generating answers") -> list[str]:
     """Greedy answers to `questions` (docs/METRICS.md §1.1; TOFU uses 200 new tokens), in input order.
 
     max_total_tokens (closer-look: 200) bounds prompt + answer per row instead; a prompt that fills it gets "".
+    batch_size None: as many rows per batch as the KV cache budget holds (`generation_batches`).
     A call that runs over 10 s shows its progress as `desc` (obliviate.progress).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     prompts = [prompt_ids(tokenizer, q) for q in questions]
     budgets = answer_budgets([len(p) for p in prompts], max_new_tokens, max_total_tokens)
-    eos_ids = stop_ids(model, tokenizer)
-    answers = [""] * len(prompts)
-    with eval_mode(model), phase(desc, len(prompts)) as advance:
-        for idx in chunks(length_order([len(p) for p in prompts]), batch_size):
-            advance(len(idx))
-            idx = [i for i in idx if budgets[i] >= 1]
-            if not idx:
-                continue
-            caps = None if max_total_tokens is None else [budgets[i] for i in idx]
-            texts = _greedy_batch(model, tokenizer, [prompts[i] for i in idx], max(budgets[i] for i in idx),
-                                  eos_ids, caps)
-            for i, text in zip(idx, texts):
-                answers[i] = text
-    return answers
+    return _generate(model, tokenizer, prompts, budgets, batch_size, desc)
+
+
+SCORE_TOKENS = 2048  # padded answer tokens per forward when answers are scored with an automatic batch size (CPU;
+# fastest of 1,024-8,192 on TOFU retain, the [tokens, H] activations staying in cache); x8 on a GPU
+SCORE_WINDOW = 512  # answers whose prompts are run once together (automatic batch size)
+
+
+def token_batches(lengths: Sequence[int], batch_size: int | None, tokens: int = SCORE_TOKENS) -> list[list[int]]:
+    """Positions of `lengths` in length order, cut into batches of `batch_size`, or (None) into batches of at most
+    `tokens` padded tokens (at least one row each)."""
+    order = length_order(lengths)
+    if batch_size is not None:
+        return [list(c) for c in chunks(order, batch_size)]
+    out: list[list[int]] = []
+    for i in order:  # ascending: the row just added is the batch's longest
+        if out and (len(out[-1]) + 1) * lengths[i] <= tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def score_tokens(device: torch.device) -> int:
+    """Padded tokens per scoring forward with an automatic batch size: SCORE_TOKENS on a CPU, 8x on an accelerator."""
+    return SCORE_TOKENS if device.type == "cpu" else 8 * SCORE_TOKENS
 
 
 @torch.no_grad()
-def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32,
+def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int | None = 32,
                      max_length: int = 256, share_prompts: bool = True, desc: str = "scoring answers") -> np.ndarray:
     """Per-example mean answer NLL `avg_loss(q, a)` (docs/METRICS.md §1.1) of (question, answer) pairs -> [N] float64.
 
     With `share_prompts`, answers to the same question (TOFU scores the answer, its paraphrase and five
     perturbed answers of each question) are scored after ONE forward of their shared prompt (`_shared_losses`),
-    when a first check on the model shows the same values as the plain path; singletons go the plain way."""
-    encoded = [encode_qa(tokenizer, q, a, max_length) for q, a in pairs]
+    when a first check on the model shows the same values as the plain path; singletons go the plain way.
+    batch_size: answers per forward; None: batches of at most SCORE_TOKENS padded answer tokens in length order."""
+    encoded = encode_qa_many(tokenizer, pairs, max_length)
     losses = np.zeros(len(encoded), dtype=np.float64)
     device = model_device(model)
     pad = pad_id(tokenizer)
-    groups = prompt_groups(encoded) if share_prompts and batch_size > 1 else []  # batch 1: one example at a time
+    groups = prompt_groups(encoded) if share_prompts and batch_size != 1 else []  # batch 1: one example at a time
     shared = [g for g in groups if len(g) > 1]
     with eval_mode(model), phase(desc, len(encoded)) as advance:
         if shared and _sharing_is_exact(model, encoded, shared[0], pad, device):
-            for chunk in _group_chunks(shared, batch_size):
-                idx = [i for g in chunk for i in g]
-                losses[idx] = _shared_losses(model, [[encoded[i] for i in g] for g in chunk], pad, device)
+            for window in _group_chunks(shared, batch_size or SCORE_WINDOW):
+                idx = [i for g in window for i in g]
+                losses[idx] = _shared_losses(model, [[encoded[i] for i in g] for g in window], pad, device, batch_size)
                 advance(len(idx))
             done = {i for g in shared for i in g}
         else:
             done = set()
         rest = [i for i in range(len(encoded)) if i not in done]
-        for part in chunks(length_order([len(encoded[i].input_ids) for i in rest]), batch_size):
+        for part in token_batches([len(encoded[i].input_ids) for i in rest], batch_size, score_tokens(device)):
             idx = [rest[j] for j in part]
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
             losses[idx] = forward_stats(model, batch, keep_logits=False, chunk=scoring_chunk(model)).nll.double().cpu().numpy()
@@ -227,12 +233,14 @@ def _positions(mask: Tensor, offset: Tensor | None = None) -> Tensor:
     return pos if offset is None else pos + offset.unsqueeze(-1)
 
 
-def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: torch.device) -> np.ndarray:
+def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: torch.device,
+                   batch_size: int | None = None) -> np.ndarray:
     """Mean answer NLL of every answer in `groups` (each group: one prompt, several answers) -> [Σ sizes].
 
-    One left-padded forward of the G prompts (KV cache kept), then one right-padded forward of all answers with
-    the prompt cache repeated per answer and positions continuing each prompt. The last prompt position's logits
-    predict the first answer token; the answer forward predicts the rest. Shapes: prompts [G, P], answers [N, A]."""
+    One left-padded forward of the G prompts (KV cache kept); then the answers in length order, `token_batches` of
+    them at a time (batch_size as there), each one right-padded forward with its rows of the prompt cache and
+    positions continuing each prompt. The last prompt position's logits predict the first answer token; the answer
+    forward predicts the rest. Shapes: prompts [G, P], answers [N, A]."""
     prompts = [Encoded(g[0].input_ids[:prompt_length(g[0])], [], False) for g in groups]
     answers = [Encoded(e.input_ids[prompt_length(e):], e.labels[prompt_length(e):], False) for g in groups for e in g]
     owner = torch.tensor([k for k, g in enumerate(groups) for _ in g], device=device)
@@ -240,23 +248,51 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
     pmask = pb["attention_mask"].to(device)
     out = model(input_ids=pb["input_ids"].to(device), attention_mask=pmask, position_ids=_positions(pmask),
                 use_cache=True, logits_to_keep=1)
-    first = torch.log_softmax(out.logits[:, -1].float(), -1)[owner]  # [N, V]: predicts each answer's first token
+    first_all = torch.log_softmax(out.logits[:, -1].float(), -1)  # [G, V]: predicts each answer's first token
     cache = out.cache if hasattr(out, "cache") else out.past_key_values  # transformers 5 names it `cache`
-    cache.batch_select_indices(owner)
-    ab = collate(answers, pad)
-    amask = ab["attention_mask"].to(device)
-    lengths = pmask.sum(-1)[owner]
-    full_mask = torch.cat([pmask[owner], amask], dim=-1)
-    labels = ab["labels"].to(device)
-    # the answer forward sees [prompt cache | answer]; its logits at answer position t predict answer token t+1
-    stats = forward_stats(model, {"input_ids": ab["input_ids"].to(device), "attention_mask": full_mask,
-                                  "labels": labels, "position_ids": _positions(amask, lengths), "cache": cache},
-                          keep_logits=False, chunk=scoring_chunk(model))
-    first_lp = first.gather(-1, ab["input_ids"].to(device)[:, :1]).squeeze(-1)  # every answer has >= 1 token
-    first_counts = (labels[:, 0] != IGNORE_INDEX).to(first_lp.dtype)
-    total = stats.logp.double() + (first_lp * first_counts).double()
-    count = stats.mask.sum(-1).double() + first_counts.double()
-    return (-total / count.clamp_min(1)).cpu().numpy()
+    batches = token_batches([len(a.input_ids) for a in answers], batch_size, score_tokens(device))
+    saved = _cache_tensors(cache) if len(batches) > 1 else None
+    if len(batches) > 1 and saved is None:  # a cache that cannot be given back its rows: one batch
+        batches = [list(range(len(answers)))]
+    result = np.zeros(len(answers), dtype=np.float64)
+    for part in batches:
+        if saved is not None:
+            _restore_cache(cache, saved)
+        rows = owner[torch.tensor(part, device=device)]
+        cache.batch_select_indices(rows)
+        ab = collate([answers[i] for i in part], pad)
+        amask = ab["attention_mask"].to(device)
+        full_mask = torch.cat([pmask[rows], amask], dim=-1)
+        labels = ab["labels"].to(device)
+        # the answer forward sees [prompt cache | answer]; its logits at answer position t predict answer token t+1
+        stats = forward_stats(model, {"input_ids": ab["input_ids"].to(device), "attention_mask": full_mask,
+                                      "labels": labels, "position_ids": _positions(amask, pmask.sum(-1)[rows]),
+                                      "cache": cache}, keep_logits=False, chunk=scoring_chunk(model))
+        first_lp = first_all[rows].gather(-1, ab["input_ids"].to(device)[:, :1]).squeeze(-1)  # every answer has >= 1
+        first_counts = (labels[:, 0] != IGNORE_INDEX).to(first_lp.dtype)
+        total = stats.logp.double() + (first_lp * first_counts).double()
+        count = stats.mask.sum(-1).double() + first_counts.double()
+        result[part] = (-total / count.clamp_min(1)).cpu().numpy()
+    return result
+
+
+def _cache_tensors(cache: Any) -> list[tuple[Tensor, Tensor]] | None:
+    """The prompt cache's (keys, values) per layer, to give each answer batch its rows again; None when a layer is
+    not a plain full-attention layer (sliding windows keep more state), and the caller then cannot split."""
+    layers = getattr(cache, "layers", None)
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return None
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return [(layer.keys, layer.values) for layer in layers]
+
+
+def _restore_cache(cache: Any, saved: list[tuple[Tensor, Tensor]]) -> None:
+    """Put the saved prompt keys/values back (each answer forward appended its own positions)."""
+    for layer, (k, v) in zip(cache.layers, saved):
+        layer.keys, layer.values = k, v
 
 
 _SHARING_OK: dict[tuple[type, torch.dtype], bool] = {}  # per architecture and dtype: checked once a process

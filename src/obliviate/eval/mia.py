@@ -41,7 +41,7 @@ from torch import Tensor
 from obliviate.data.rows import QARow
 from obliviate.data.text import document_ids
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
-from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
+from obliviate.eval.generate import eval_mode, model_device, score_tokens, token_batches
 from obliviate.eval.metrics import MetricInfo, register
 from obliviate.modeling.logprobs import IGNORE_INDEX, TokenStats, forward_stats
 
@@ -229,7 +229,7 @@ def _rows(stats: TokenStats, moments: bool) -> list[tuple[np.ndarray, ...]]:
 
 
 @torch.no_grad()
-def _score_encoded(model: Any, tokenizer: Any, encoded: Sequence[Encoded], batch_size: int, moments: bool,
+def _score_encoded(model: Any, tokenizer: Any, encoded: Sequence[Encoded], batch_size: int | None, moments: bool,
                    logp_only: bool = False) -> tuple[list[tuple[np.ndarray, ...]], np.ndarray]:
     """(logp, correct, mu, sigma) at the counted positions of each Encoded, and avg_loss [N]; length-sorted batches.
     logp_only: (logp,) alone, without keeping the [B, T, V] logits (long documents)."""
@@ -238,7 +238,7 @@ def _score_encoded(model: Any, tokenizer: Any, encoded: Sequence[Encoded], batch
     avg_loss = np.zeros(n, dtype=np.float64)
     device, pad = model_device(model), pad_id(tokenizer)
     with eval_mode(model):
-        for idx in chunks(length_order([len(e.input_ids) for e in encoded]), batch_size):
+        for idx in token_batches([len(e.input_ids) for e in encoded], batch_size, score_tokens(device)):
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
             stats = forward_stats(model, batch, keep_logits=not logp_only)
             avg_loss[list(idx)] = stats.nll.double().cpu().numpy()
@@ -249,7 +249,7 @@ def _score_encoded(model: Any, tokenizer: Any, encoded: Sequence[Encoded], batch
     return per, avg_loss
 
 
-def token_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, batch_size: int = 16,
+def token_scores(model: Any, tokenizer: Any, items: Sequence[QARow | Item], *, batch_size: int | None = 16,
                  max_length: int = 256, moments: bool = True, token_rule: str = DEFAULT_TOKEN_RULE) -> TokenScores:
     """Everything every attack and memorisation metric needs, one forward per length-sorted batch -> TokenScores.
 

@@ -56,7 +56,7 @@ def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: Eval
     if k is None:
         raise DataError(f"forget split cannot give truth ratios: {why}; use a *_perturbed split")
     correct, _ = correct_answers(rows, "forget")
-    _, para, pert = split_losses(model, tokenizer, rows, correct, k, cfg.batch_size, length_limits(cfg, max_length)[0])
+    _, para, pert = split_losses(model, tokenizer, rows, correct, k, cfg.rows, length_limits(cfg, max_length)[0])
     return truth_ratio(para, pert)
 
 
@@ -71,7 +71,7 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
     results: dict[str, SplitResult] = {}
     loss_length, total = length_limits(cfg, max_length)
     out = evaluate_tofu(model, tokenizer, splits, retain_model_forget_tr=retain_tr, max_new_tokens=cfg.max_new_tokens,
-                        batch_size=cfg.batch_size, max_length=loss_length, max_total_tokens=total, results_out=results)
+                        batch_size=cfg.rows, max_length=loss_length, max_total_tokens=total, results_out=results)
     out["protocol"] = cfg.protocol
     if cfg.protocol == "closer_look":
         out["notes"].append(f"protocol closer_look: first {row_cap(cfg)} rows per split, prompt + answer <= {total} "
@@ -91,7 +91,7 @@ def quick_tofu(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], rows:
     from obliviate.eval.tofu import evaluate_tofu
 
     part = {k: splits[k][:rows] for k in ("forget", "retain") if splits.get(k)}
-    return evaluate_tofu(model, tokenizer, part, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+    return evaluate_tofu(model, tokenizer, part, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.rows,
                          max_length=max_length)
 
 
@@ -110,7 +110,7 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
     from obliviate.eval.memorization import forget_memorization, memorization_from_scores
     from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
 
-    kw = {"batch_size": cfg.batch_size, "max_length": max_length, "token_rule": cfg.token_rule}
+    kw = {"batch_size": cfg.rows, "max_length": max_length, "token_rule": cfg.token_rule}
     if not (cfg.holdout_split and source):
         notes.append("privleak and MIA AUCs not computed: no eval.holdout_split")
         return {**forget_memorization(token_scores(model, tokenizer, forget, moments=False, **kw).correct,

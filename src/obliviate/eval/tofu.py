@@ -127,21 +127,46 @@ class _RememberingStemmer:
 
 
 @lru_cache(maxsize=1)
-def _scorer() -> Any:
-    """ROUGE-L with rouge_score's own tokenizer and Porter stemming (as TOFU and open-unlearning score it)."""
-    from rouge_score import rouge_scorer, tokenizers
+def _rouge_tokenizer() -> Any:
+    """rouge_score's own tokenizer with Porter stemming (as TOFU and open-unlearning score ROUGE-L), stems remembered."""
+    from rouge_score import tokenizers
 
     tokenizer = tokenizers.DefaultTokenizer(use_stemmer=True)
     tokenizer._stemmer = _RememberingStemmer(tokenizer._stemmer)  # rouge_score offers no hook for the stemmer
-    return rouge_scorer.RougeScorer(["rougeL"], tokenizer=tokenizer)
+    return tokenizer
+
+
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of two token lists, bit-parallel (Hyyrö 2004: one bit per token of
+    `a`, V' = (V + (V & M_y)) | (V & ~M_y) for each token y of `b`; LCS = |a| - ones(V)): the number rouge_score's
+    O(|a|·|b|) table gives, with Python's integers doing |a| cells per operation."""
+    if not a or not b:
+        return 0
+    match: dict[str, int] = {}
+    for i, tok in enumerate(a):
+        match[tok] = match.get(tok, 0) | (1 << i)
+    full = (1 << len(a)) - 1
+    v = full
+    for tok in b:
+        m = match.get(tok)
+        if m:
+            u = v & m
+            v = ((v + u) | (v - u)) & full
+    return len(a) - bin(v).count("1")
 
 
 def rouge_recall(generations: Sequence[str], targets: Sequence[str]) -> np.ndarray:
-    """TOFU ROUGE-L recall of each generation against its target (docs/METRICS.md §1.1). -> [N]."""
+    """TOFU ROUGE-L recall of each generation against its target (docs/METRICS.md §1.1): LCS of rouge_score's
+    stemmed tokens / target tokens, 0 when either side has none (rouge_score's RougeScorer value). -> [N]."""
     if len(generations) != len(targets):
         raise ValueError(f"rouge_recall: {len(generations)} generations but {len(targets)} targets")
-    scorer = _scorer()
-    return np.array([scorer.score(t, g)["rougeL"].recall for g, t in zip(generations, targets)], dtype=np.float64)
+    tok = _rouge_tokenizer()
+    out = np.zeros(len(targets), dtype=np.float64)
+    for i, (g, t) in enumerate(zip(generations, targets)):
+        ref = tok.tokenize(t)
+        if ref:
+            out[i] = lcs_length(ref, tok.tokenize(g)) / len(ref)
+    return out
 
 
 def fact_recall(generations: Sequence[str], rows: Sequence[QARow]) -> float | None:
