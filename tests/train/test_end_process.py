@@ -36,3 +36,20 @@ def test_the_cli_leaves_through_end_process_when_a_group_exists(tmp_path):
     assert ok.returncode == 0 and "forget objectives" in ok.stdout and "FINALISED" not in ok.stdout
     bad = _run(tmp_path, "from obliviate.cli import main; main(['unlearn', 'train.lrr=1'])")
     assert bad.returncode == 2 and "unknown key(s) ['train.lrr']" in bad.stderr and "FINALISED" not in bad.stdout
+
+
+def test_the_console_script_runs_atexit_then_skips_finalisation(tmp_path):
+    """`obliviate` (cli.entry): the status and every line arrive, atexit handlers run (trackers, logging), the
+    interpreter's finalisation is skipped once torch is loaded (a __del__ of a module-level object never runs)."""
+    code = ("import atexit, sys, torch; atexit.register(lambda: print('ATEXIT', flush=True)); "
+            "Late = type('Late', (), {'__del__': lambda self: print('FINALISED', flush=True)}); keep = Late(); "
+            "sys.argv = ['obliviate'] + sys.argv[1:]; from obliviate.cli import entry; entry()")
+    ok = subprocess.run([sys.executable, "-c", code, "ls"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "forget objectives" in ok.stdout and "ATEXIT" in ok.stdout, ok.stderr
+    assert "FINALISED" not in ok.stdout
+    bad = subprocess.run([sys.executable, "-c", code, "unlearn", "train.lrr=1"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "unknown key(s) ['train.lrr']" in bad.stderr and "ATEXIT" in bad.stdout
+    light = subprocess.run([sys.executable, "-c", code.replace("import atexit, sys, torch;", "import atexit, sys;"),
+                            "ls"], capture_output=True, text=True, timeout=120)
+    assert light.returncode == 0 and "FINALISED" in light.stdout  # `ls` never loads torch: a plain exit

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from types import ModuleType
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from obliviate.cli import audit, calibrate, compare, demo, finetune, ls, push, report, sweep, unlearn, validate, verify
 from obliviate.cli import eval as eval_command
@@ -46,6 +46,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             end_process(rc)
     return rc
+
+
+def entry() -> NoReturn:
+    """The `obliviate` console script and `python -m obliviate.cli`: `main`, then, once torch is loaded, leave
+    without the interpreter's finalisation: tearing down torch's and transformers' modules takes 1-2 s after every
+    command (measured: `obliviate eval` of a tiny model, 19.4 s -> 17.9 s). Everything a run writes is closed
+    before `main` returns; atexit handlers (trackers, logging) still run, and stdout/stderr are flushed."""
+    rc = main()
+    if "torch" in sys.modules:
+        import atexit
+        import os
+
+        run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
+        if run_exit_functions is not None:
+            run_exit_functions()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+    sys.exit(rc)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -1,6 +1,4 @@
 """`python -m obliviate.cli ...`: the `obliviate` command."""
-import sys
+from obliviate.cli import entry
 
-from obliviate.cli import main
-
-sys.exit(main())
+entry()
