@@ -3,8 +3,10 @@
     python benchmarks/eval_vs_reference.py --reference PATH/TO/open-unlearning [--rounds 2] [--model DIR]
 
 Both evaluate the same model on TOFU forget01 (+ holdout01, retain, real authors, world facts) with the same
-generation length (200 new tokens), batch size (32) and prompt format ("Question: …\\nAnswer:", the reference's
-phi-1_5 template for a model without a chat template), forget quality from the same retain log. The model is a
+generation length (200 new tokens) and prompt format ("Question: …\\nAnswer:", the reference's phi-1_5 template for
+a model without a chat template), forget quality from the same retain log, each with its own default batch size
+(the reference 32, obliviate `eval.batch_size=auto`: generation rows from the KV cache budget, answers scored by
+padded tokens). The model is a
 tiny random-init Llama (hidden 128, 2 layers, a 2,048-id BPE tokenizer trained on TOFU) unless --model names one:
 it never stops early, so every row generates all 200 tokens in both.
 
@@ -144,7 +146,7 @@ def main() -> int:
                                      args.reference if name == "reference" else None, work / f"{name}-{r}.log"))
             print(f"  round {r + 1} {name}: {times[name][-1]:.1f} s", flush=True)
     ref, own = statistics.median(times["reference"]), statistics.median(times["obliviate"])
-    print(f"model: {model}; TOFU forget01, 200 new tokens, batch 32, whole process each, {args.rounds} rounds")
+    print(f"model: {model}; TOFU forget01, 200 new tokens, default batch sizes, whole process each, {args.rounds} rounds")
     print(f"median reference {ref:.1f} s, obliviate {own:.1f} s: obliviate / reference = {own / ref:.2f} "
           "(target <= 0.3)")
     ref_metrics = json.loads((work / "reference-0" / "TOFU_SUMMARY.json").read_text())

@@ -99,8 +99,8 @@ def test_kv_bytes_and_automatic_rows_by_hand(tok_model):
     _, model = tok_model
     # 2 (K and V) x 2 layers x 2 KV heads x head dim 8 (32 / 4 heads) x 4 bytes = 256 bytes per token
     assert kv_bytes_per_token(model) == 256
-    # a row of 100 positions: 25,600 bytes of cache + 8 x 300 logit bytes = 28,000 bytes
-    assert generation_rows(model, 100, 300, 28_000 * 7 + 5) == 7
+    # a row of 100 positions: 25,600 bytes of cache + 8 x 300 logit bytes = 28,000 bytes; 8 rows need 224,000
+    assert generation_rows(model, 100, 300, 28_000 * 8 - 1) == 7 and generation_rows(model, 100, 300, 28_000 * 8) == 8
     assert generation_rows(model, 100, 300, 10) == 1  # always at least one row
     assert generation_rows(model, 100, 300, 10**12) == decode.MAX_ROWS
     assert generation_rows(torch.nn.Linear(2, 2), 100, 300, 10**12) == 64  # no config: a fixed batch
