@@ -189,3 +189,14 @@ def test_a_sweep_takes_forget_quality_from_the_reference(model_dir, small_world,
     study = optuna.load_study(study_name="sweep/npo+nll", storage=f"sqlite:///{out.resolve() / 'sweep.db'}")
     assert study.user_attrs["original"]["forget_quality"] == pytest.approx(1.0)
     assert study.get_trials()[0].user_attrs["metrics"]["forget_quality"] is not None
+
+
+def test_a_rewritten_log_is_read_again(tmp_path):
+    """The parsed log is kept per version of the file (pre-flight and evaluation read it once): a rewrite is seen."""
+    import json
+
+    log = tmp_path / "TOFU_EVAL.json"
+    for scores in ([0.5, 0.25], [0.75, 0.125, 2.0]):
+        log.write_text(json.dumps({"forget_truth_ratio": {"value_by_index": {str(i): {"score": s} for i, s in
+                                                                             enumerate(scores)}}}))
+        assert load_retain_reference(log, len(scores)).tolist() == scores

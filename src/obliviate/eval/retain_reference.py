@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ def _kind(x: Any) -> str:
     return "null" if x is None else names.get(type(x), type(x).__name__)
 
 
+@lru_cache(maxsize=4)
+def _parsed(path: str, mtime_ns: int, size: int) -> Any:
+    """The JSON at `path`, parsed once per version of the file (the pre-flight and the evaluation both read the
+    log, a few MB with every generation in it); callers only read it."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def load_retain_reference(path: str | Path, n_forget: int) -> np.ndarray:
     """The forget truth ratios [n_forget] held by open-unlearning's evaluation log `path` of a retain model, in row
     order; DataError naming the file, what was expected and what was found when it is not that log."""
@@ -49,7 +57,8 @@ def load_retain_reference(path: str | Path, n_forget: int) -> np.ndarray:
     if not p.is_file():
         raise DataError(f"{where}: {'is a directory' if p.is_dir() else 'no such file'}; {expect}")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        stat = p.stat()
+        data = _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{where}: not JSON ({exc}); {expect}") from None
     if not isinstance(data, dict):
