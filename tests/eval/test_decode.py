@@ -114,3 +114,21 @@ def test_automatic_batches_give_the_same_answers(tok_model, monkeypatch):
     fixed = generate_answers(model, tok, questions, max_new_tokens=6, batch_size=2)
     monkeypatch.setattr(decode, "MAX_ROWS", 4)  # 6 rows: batches of 4 and 2
     assert generate_answers(model, tok, questions, max_new_tokens=6, batch_size=None) == fixed
+
+
+def test_a_lora_model_decodes_like_generate_without_deprecation_warnings(tok_model):
+    """PEFT's forward passes keyword arguments on: the cache goes by the base model's own name (no per-step
+    warning about a deprecated keyword), and the ids equal generate's."""
+    import copy
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    tok, model = tok_model
+    lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    prompts, pad = prompts_of(tok, 3), pad_id(tok)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ours = greedy_decode(lora, prompts, [6] * 3, [tok.eos_token_id], pad)
+    assert not [w for w in seen if "deprecated" in str(w.message)], [str(w.message) for w in seen]
+    assert ours == hf_greedy(lora, prompts, 6, [tok.eos_token_id], pad)

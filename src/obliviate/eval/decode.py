@@ -134,9 +134,10 @@ def growing_cache(model: Any, capacity: int) -> Any:
 
 def _cache_keyword(model: Any) -> str:
     """The name a model's forward gives its KV cache argument (`cache` from transformers 5, else
-    `past_key_values`)."""
+    `past_key_values`); a PEFT model passes its keyword arguments on, so its base model's forward decides."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(inner.forward).parameters
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params else "past_key_values"
