@@ -39,6 +39,7 @@ T_SYN = ("tests/test_gradients.py",)
 T_OBJ = ("tests/objectives",)
 T_LOGP = ("tests/modeling/test_logprobs.py", "tests/objectives")
 T_CHUNK = ("tests/modeling/test_vocab_chunks.py",)
+T_DECODE = ("tests/eval/test_decode.py",)
 T_SMOOTH = ("tests/modeling/test_smoothing.py",)
 T_TOFU = ("tests/eval/test_tofu.py",)
 T_MEM = ("tests/eval/test_memorization.py", "tests/eval/test_mia.py")
@@ -202,12 +203,12 @@ MUTANTS: list[Mutant] = [
            ("tests/eval/test_generate.py",)),
     # issue 22, evaluation: the decode loop, automatic batches, the bit-parallel LCS
     Mutant("decode: the EOS id kept in the answer", "eval/decode.py",
-           "kept[alive[stop]] = t + 1 - is_eos[stop].long()", "kept[alive[stop]] = t + 1", ("tests/eval/test_decode.py",)),
+           "kept[alive[stop]] = t + 1 - is_eos[stop].long()", "kept[alive[stop]] = t + 1", T_DECODE),
     Mutant("decode: KV bytes without the V half", "eval/decode.py", "return 2 * layers * kv_heads * head_dim * size",
-           "return layers * kv_heads * head_dim * size", ("tests/eval/test_decode.py",)),
+           "return layers * kv_heads * head_dim * size", T_DECODE),
     Mutant("decode: automatic rows ignore the logits", "eval/decode.py",
            "per_row = per_token * max(tokens_per_row, 1) + 8 * max(vocab, 1)",
-           "per_row = per_token * max(tokens_per_row, 1)", ("tests/eval/test_decode.py",)),
+           "per_row = per_token * max(tokens_per_row, 1)", T_DECODE),
     Mutant("scoring: a token batch one row over its budget", "eval/generate.py",
            "if out and (len(out[-1]) + 1) * lengths[i] <= tokens:", "if out and len(out[-1]) * lengths[i] <= tokens:",
            ("tests/eval/test_generate.py",)),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from functools import lru_cache
 from typing import Any, Sequence
 
 import torch
@@ -32,7 +33,7 @@ MAX_ROWS = 512  # the most rows an automatic generation batch holds
 ROW_BUDGET_CPU = 2 << 30  # bytes of KV cache + logits the automatic batch may take on a CPU (or a quarter of free RAM)
 
 
-def _layer_classes() -> tuple[type, type] | None:
+def cache_classes() -> tuple[type, type] | None:
     """(transformers' DynamicLayer, DynamicCache), or None on a version without per-layer caches."""
     try:
         from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -41,9 +42,10 @@ def _layer_classes() -> tuple[type, type] | None:
     return DynamicLayer, DynamicCache
 
 
+@lru_cache(maxsize=1)
 def _growing_layer_class() -> type | None:
-    """A DynamicLayer subclass whose keys/values live in a buffer allocated for `capacity` positions."""
-    classes = _layer_classes()
+    """A DynamicLayer subclass whose keys/values live in a buffer allocated for `capacity` positions (made once)."""
+    classes = cache_classes()
     if classes is None:
         return None
     base = classes[0]
@@ -108,16 +110,11 @@ def _growing_layer_class() -> type | None:
     return GrowingLayer
 
 
-_GROWING: list[type | None] = []
-
-
 def growing_cache(model: Any, capacity: int) -> Any:
     """A KV cache for `model` whose full-attention layers hold `capacity` positions without copies; other layer kinds
     as `DynamicCache(config=...)` makes them. None when this transformers has no per-layer caches (the model then
     makes its own cache)."""
-    if not _GROWING:
-        _GROWING.append(_growing_layer_class())
-    growing, classes = _GROWING[0], _layer_classes()
+    growing, classes = _growing_layer_class(), cache_classes()
     if growing is None or classes is None:
         return None
     base, dynamic_cache = classes

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from obliviate.data.tokenize import Encoded, collate, encode_qa_many, pad_id, prompt_ids
-from obliviate.eval.decode import free_bytes, generation_rows, greedy_decode, model_device
+from obliviate.eval.decode import cache_classes, free_bytes, generation_rows, greedy_decode, model_device
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats, head_width, output_head, resolve_vocab_chunk
 from obliviate.progress import phase
 
@@ -185,10 +185,11 @@ def batched_avg_loss(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]
         else:
             done = set()
         rest = [i for i in range(len(encoded)) if i not in done]
+        chunk = scoring_chunk(model)
         for part in token_batches([len(encoded[i].input_ids) for i in rest], batch_size, score_tokens(device)):
             idx = [rest[j] for j in part]
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in idx], pad).items()}
-            losses[idx] = forward_stats(model, batch, keep_logits=False, chunk=scoring_chunk(model)).nll.double().cpu().numpy()
+            losses[idx] = forward_stats(model, batch, keep_logits=False, chunk=chunk).nll.double().cpu().numpy()
             advance(len(idx))
     return losses
 
@@ -255,6 +256,7 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
     if len(batches) > 1 and saved is None:  # a cache that cannot be given back its rows: one batch
         batches = [list(range(len(answers)))]
     result = np.zeros(len(answers), dtype=np.float64)
+    chunk = scoring_chunk(model)
     for part in batches:
         if saved is not None:
             _restore_cache(cache, saved)
@@ -267,7 +269,7 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
         # the answer forward sees [prompt cache | answer]; its logits at answer position t predict answer token t+1
         stats = forward_stats(model, {"input_ids": ab["input_ids"].to(device), "attention_mask": full_mask,
                                       "labels": labels, "position_ids": _positions(amask, pmask.sum(-1)[rows]),
-                                      "cache": cache}, keep_logits=False, chunk=scoring_chunk(model))
+                                      "cache": cache}, keep_logits=False, chunk=chunk)
         first_lp = first_all[rows].gather(-1, ab["input_ids"].to(device)[:, :1]).squeeze(-1)  # every answer has >= 1
         first_counts = (labels[:, 0] != IGNORE_INDEX).to(first_lp.dtype)
         total = stats.logp.double() + (first_lp * first_counts).double()
@@ -279,12 +281,8 @@ def _shared_losses(model: Any, groups: list[list[Encoded]], pad: int, device: to
 def _cache_tensors(cache: Any) -> list[tuple[Tensor, Tensor]] | None:
     """The prompt cache's (keys, values) per layer, to give each answer batch its rows again; None when a layer is
     not a plain full-attention layer (sliding windows keep more state), and the caller then cannot split."""
-    layers = getattr(cache, "layers", None)
-    try:
-        from transformers.cache_utils import DynamicLayer
-    except ImportError:
-        return None
-    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    layers, classes = getattr(cache, "layers", None), cache_classes()
+    if not layers or classes is None or any(type(layer) is not classes[0] for layer in layers):
         return None
     return [(layer.keys, layer.values) for layer in layers]
 
