@@ -18,7 +18,6 @@ from obliviate.modeling.cache import CacheBudget
 from obliviate.modeling.logprobs import forward_stats, map_rows, resolve_vocab_chunk
 from obliviate.modeling.lora import apply_lora
 from obliviate.objectives import FORGET, RETAIN
-from obliviate.train import unlearn as unlearn_mod
 from obliviate.train.unlearn import encode_rows, unlearn
 
 N = 4
@@ -180,6 +179,4 @@ def test_bad_chunk_settings_are_refused():
     for bad in (-1, 1.5, "big", True):
         with pytest.raises(Exception, match="train.vocab_chunk"):
             TrainConfig(vocab_chunk=bad)
-    with pytest.raises(ConfigError, match="does not work with train.fsdp"):
-        unlearn_mod.vocab_chunk(TrainConfig(fsdp=True, vocab_chunk=64), None)
-    assert unlearn_mod.vocab_chunk(TrainConfig(fsdp=True), None) is None
+

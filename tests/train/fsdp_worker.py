@@ -1,5 +1,7 @@
 """Run by tests/train/test_fsdp.py under `torchrun --nproc_per_node 2` with train.fsdp=true (and in-process with
-one process): unlearn a tiny float64 model for 3 steps with each gradient rule and save the parameters."""
+one process): unlearn a tiny float64 model for 3 steps with each gradient rule and save the parameters. With two
+processes, the rules in CHUNKED run with vocabulary chunks of 5 rows (student's and θ0 teacher's heads), the others
+unchunked; one process runs every rule unchunked."""
 from __future__ import annotations
 
 import json
@@ -14,6 +16,7 @@ from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 from obliviate.train.unlearn import unlearn
 
 RULES = ("sum", "sago", "pcgrad", "pcgrad_global", "blur", "gru")
+CHUNKED = ("sum", "pcgrad", "gru")  # sharded runs of these apply the LM head 5 answer rows at a time (train.vocab_chunk)
 
 
 def run(out: Path, per_device_batch: int) -> None:
@@ -44,18 +47,29 @@ def run(out: Path, per_device_batch: int) -> None:
         kw = {"cache": "none"} if "cache" in MethodConfig.__dataclass_fields__ else {}
         method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="nll",
                               combine=CombineConfig(rule=rule), **kw)
+        chunk = 5 if acc.num_processes > 1 and rule in CHUNKED else 0
         cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
-                          scheduler="constant", weight_decay=0.0, fsdp=True)
+                          scheduler="constant", weight_decay=0.0, fsdp=True, vocab_chunk=chunk)
         optim.make_optimizer = spy
+        heads: dict[int, int] = {}  # id of each LM head (student's, θ0's) -> the most rows one call gave it
+
+        def count(module, args, _out):
+            if isinstance(module, torch.nn.Linear) and module.out_features == len(tok) and args[0].numel():
+                rows = args[0].numel() // args[0].shape[-1]
+                heads[id(module)] = max(heads.get(id(module), 0), rows)
+
+        hook = torch.nn.modules.module.register_module_forward_hook(count)
         try:
             res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], method, cfg,
                           max_length=48, accelerator=acc)
         finally:
             optim.make_optimizer = original
+            hook.remove()
         result[rule] = {"params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
                         "history": res.history, "class": type(model).__name__,
                         "plain": all(type(p) is torch.nn.Parameter for p in model.parameters()),
-                        "tied": model.get_output_embeddings().weight is model.get_input_embeddings().weight}
+                        "tied": model.get_output_embeddings().weight is model.get_input_embeddings().weight,
+                        "head_rows": sorted(heads.values())}
     result["optimizer_params"] = seen
     # continual unlearning shards the same (gathered) model again: it must train and come back plain
     cfg = TrainConfig(max_steps=1, batch_size=per_device_batch, progress=False, fsdp=True)

@@ -1,5 +1,6 @@
 """train.fsdp=true: two CPU processes (torchrun, gloo, FSDP2) give the same parameters as one process with the
-same global batch, for every gradient rule; the shard reducer sums partial dot products exactly."""
+same global batch, for every gradient rule, with and without vocabulary chunks on the shards; the shard reducer
+sums partial dot products exactly."""
 import json
 import os
 import sys
@@ -43,6 +44,10 @@ def test_two_sharded_processes_equal_one(tmp_path):
     for rule in worker.RULES:
         assert two[rule]["plain"] and two[rule]["class"] == one[rule]["class"] == "LlamaForCausalLM", rule
         assert two[rule]["tied"] and one[rule]["tied"], "gathering keeps tied embeddings one tensor"
+        assert len(two[rule]["head_rows"]) == 2, "the student's head and θ0 teacher's head both ran"
+        if rule in worker.CHUNKED:  # train.vocab_chunk=5 on the shards: no head call saw more than 5 answer rows
+            assert max(two[rule]["head_rows"]) == 5, rule
+        assert min(one[rule]["head_rows"]) > 5, "one process runs unchunked: all answer rows at once"
         assert len(one[rule]["params"]) == len(two[rule]["params"]), rule
         for a, b in zip(one[rule]["params"], two[rule]["params"]):
             torch.testing.assert_close(torch.tensor(a), torch.tensor(b), **TOL, msg=lambda m, rule=rule: f"{rule}: {m}")

@@ -82,7 +82,10 @@ def shard(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     mesh = _mesh(device)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    # the root (embeddings, final norm, LM head) stays gathered from its forward to its backward: vocabulary
+    # chunks (train.vocab_chunk) apply the head to the captured hidden rows after the forward and again in the
+    # backward's recompute, and its gradient is reduce-scattered once, when the backward ends
+    fully_shard(model, mesh=mesh, reshard_after_forward=False)
     setattr(model, _HOME, home)
     return model
 

@@ -415,13 +415,9 @@ def _vocab_size(model: torch.nn.Module) -> int:
 
 
 def vocab_chunk(train: TrainConfig, model: torch.nn.Module) -> int | None:
-    """Rows per vocabulary chunk of a run (train.vocab_chunk at the model's vocabulary; None: unchunked). FSDP runs
-    unchunked: the sharded head is gathered only inside the model's own forward."""
-    if train.fsdp:
-        if train.vocab_chunk not in ("auto", 0):
-            raise ConfigError(f"train.vocab_chunk={train.vocab_chunk} does not work with train.fsdp yet (the sharded LM "
-                              "head is gathered only inside the model's forward); set train.vocab_chunk=0 or auto")
-        return None
+    """Rows per vocabulary chunk of a run (train.vocab_chunk at the model's vocabulary; None: unchunked). Under
+    train.fsdp too: the root's parameters (embeddings, head) stay gathered from its forward to its backward
+    (train/fsdp.py `shard`), so the chunks apply the head after the forward and in the backward's recompute."""
     return resolve_vocab_chunk(train.vocab_chunk, _vocab_size(model))
 
 
