@@ -21,7 +21,13 @@ step memory in MB and its ratio to `plain`, the target being <= 1.15 (issue 22).
 
     python benchmarks/step_memory.py                          # every method, batch 4 (about 10 min on 2 cores)
     python benchmarks/step_memory.py --batch 2 --only GA ASU_KL
-    python benchmarks/step_memory.py --vocab-chunk 1024       # with train.vocab_chunk set
+    python benchmarks/step_memory.py train.vocab_chunk=1024   # with train.vocab_chunk set
+    python benchmarks/step_memory.py --processes 2 --only GA ASU_KL              # FSDP over 2 CPU processes
+    python benchmarks/step_memory.py --processes 2 --only GA ASU_KL train.vocab_chunk=0   # ... unchunked
+
+With `--processes N`, each variant runs under `torchrun --nproc_per_node N` (gloo on a CPU, one thread per process)
+with `train.fsdp=true` (`plain`: the model sharded the same way, `train/fsdp.py`), B rows per process; the figure
+is the worst rank's step memory.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,8 +76,16 @@ def rows(n: int, seed: int, words: list[str]) -> list:
 
 
 def child(name: str, batch: int, device: str, overrides: list[str]) -> dict:
-    """One variant in this process: build, step once, measure."""
+    """One variant in this process (or in each rank of a torchrun launch: train.fsdp=true): build, step once,
+    measure."""
     import torch
+
+    sharded = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if sharded:
+        from accelerate import Accelerator
+
+        Accelerator(cpu=device == "cpu")  # the process group, before anything is sharded
+        overrides = ["train.fsdp=true", *overrides]
 
     from obliviate.config import RunConfig, load_config
     from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -90,6 +105,10 @@ def child(name: str, batch: int, device: str, overrides: list[str]) -> dict:
     before = rss_mb()
     t0 = time.perf_counter()
     if name == "plain":
+        if sharded:
+            from obliviate.train.fsdp import shard
+
+            shard(model, torch.device(device))
         plain_step(model, tok, forget, retain, batch, device)
     elif name == "finetune":
         from obliviate.train.unlearn import finetune
@@ -135,29 +154,47 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help="variants to run (plain always runs)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--processes", type=int, default=1, help="FSDP over this many processes (torchrun; 1: none)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every method (e.g. train.vocab_chunk=1024)")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.batch, args.device, args.overrides)))
+        result = json.dumps(child(args.child, args.batch, args.device, args.overrides))
+        if args.child_out:  # one file per rank
+            Path(args.child_out, f"rank{os.environ.get('RANK', '0')}.json").write_text(result)
+        else:
+            print(result)
         return 0
     names = ["plain", "finetune", *(n for n in PRESETS if args.only is None or n in args.only)]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+    if args.processes < 1:
+        ap.error("--processes must be >= 1")
+    threads = "1" if args.processes > 1 else os.environ.get("OMP_NUM_THREADS", "2")
+    env = {**os.environ, "OMP_NUM_THREADS": threads,
            "MALLOC_MMAP_THRESHOLD_": "131072"}  # glibc: freed tensors go back to the OS (module docstring)
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(args.processes)] if args.processes > 1 else [sys.executable])
     results = []
     for name in names:
-        proc = subprocess.run([sys.executable, __file__, "--child", name, "--batch", str(args.batch), "--device",
-                               args.device, *args.overrides], capture_output=True, text=True, env=env)
-        if proc.returncode:
-            print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
-            results.append({"name": name, "failed": proc.stderr.strip().splitlines()[-1:]})
-            continue
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        with tempfile.TemporaryDirectory() as ranks:
+            extra = ["--child-out", ranks] if args.processes > 1 else []
+            proc = subprocess.run([*launch, __file__, "--child", name, "--batch", str(args.batch), "--device",
+                                   args.device, *extra, *args.overrides], capture_output=True, text=True, env=env)
+            if proc.returncode:
+                print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+                results.append({"name": name, "failed": proc.stderr.strip().splitlines()[-1:]})
+                continue
+            if args.processes > 1:  # the worst rank
+                per_rank = [json.loads(f.read_text()) for f in sorted(Path(ranks).glob("rank*.json"))]
+                results.append({**max(per_rank, key=lambda r: r["step_mb"]), "ranks": len(per_rank)})
+            else:
+                results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         r = results[-1]
         print(f"  {name}: step {r['step_mb']:.0f} MB ({r['seconds']:.1f} s)", file=sys.stderr, flush=True)
     floor = next(r["step_mb"] for r in results if r["name"] == "plain")
     own = next((r["step_mb"] for r in results if r["name"] == "finetune" and "step_mb" in r), float("nan"))
-    print(f"one step at vocabulary {VOCAB:,}, {args.batch}+{args.batch} rows x {LENGTH} tokens, {args.device}; "
+    where = f"FSDP over {args.processes} processes, per rank" if args.processes > 1 else "one process"
+    print(f"one step at vocabulary {VOCAB:,}, {args.batch}+{args.batch} rows x {LENGTH} tokens, {args.device}, {where}; "
           f"overrides: {' '.join(args.overrides) or 'none'}")
     print(f"{'variant':10} {'step MB':>9} {'peak MB':>9} {'/ plain':>8} {'/ finetune':>11}")
     for r in results:
