@@ -159,6 +159,8 @@ def main() -> int:
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="key=value overrides for every method (e.g. train.vocab_chunk=1024)")
     args = ap.parse_args()
+    if args.processes < 1:
+        ap.error("--processes must be >= 1")
     if args.child:
         result = json.dumps(child(args.child, args.batch, args.device, args.overrides))
         if args.child_out:  # one file per rank
@@ -167,8 +169,6 @@ def main() -> int:
             print(result)
         return 0
     names = ["plain", "finetune", *(n for n in PRESETS if args.only is None or n in args.only)]
-    if args.processes < 1:
-        ap.error("--processes must be >= 1")
     threads = "1" if args.processes > 1 else os.environ.get("OMP_NUM_THREADS", "2")
     env = {**os.environ, "OMP_NUM_THREADS": threads,
            "MALLOC_MMAP_THRESHOLD_": "131072"}  # glibc: freed tensors go back to the OS (module docstring)

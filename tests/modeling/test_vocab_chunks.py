@@ -179,4 +179,3 @@ def test_bad_chunk_settings_are_refused():
     for bad in (-1, 1.5, "big", True):
         with pytest.raises(Exception, match="train.vocab_chunk"):
             TrainConfig(vocab_chunk=bad)
-
