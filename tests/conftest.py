@@ -107,7 +107,7 @@ def plain_sgd(monkeypatch):
 
     from obliviate.train import unlearn as unlearn_mod
 
-    def sgd(model, cfg, steps):
+    def sgd(model, cfg, steps, warmup):
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
         return opt, get_scheduler("constant", opt)
 

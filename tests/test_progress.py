@@ -29,7 +29,7 @@ def _run(steps: int, progress: bool = True) -> None:
     model = torch.nn.Linear(3, 1)
     cfg = TrainConfig(max_steps=steps, batch_size=1, lr=1e-2, progress=progress, weight_decay=0.0, scheduler="constant")
     acc = make_accelerator(cfg)
-    opt, sched = make_optimizer(model, cfg, steps)
+    opt, sched = make_optimizer(model, cfg, steps, 0)
     model, opt = acc.prepare(model, opt)
     x = torch.ones(2, 3, device=acc.device)
 

@@ -8,6 +8,7 @@ evaluation splits and models, the checkpoint directory, the trackers (train.repo
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,19 @@ def _check_methods_data(cfg: RunConfig, rm: Any) -> None:
         load_refusals(cfg.method.refusals)
 
 
+def _schedule_line(cfg: RunConfig, n_forget: int) -> list[str]:
+    """QA data: the run's steps and warm-up (train/schedule.py) for the processes this launch has (WORLD_SIZE, else
+    one), refused here when the warm-up outlasts the run; raw text is cut into windows only when it is tokenised."""
+    if cfg.data.format != "qa" or cfg.continual.enabled:
+        return []
+    from obliviate.train.schedule import schedule
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    sch = schedule(n_forget, cfg.train.batch_size * world, cfg.train)
+    return [f"schedule: {sch.steps} optimizer steps, {sch.warmup} of them warming up ({world} process"
+            f"{'es' if world > 1 else ''})"]
+
+
 def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
     """TOFU evaluation after training: its splits load, and its models exist (lines for `validate`)."""
     from obliviate.data.rows import load_split
@@ -188,7 +202,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
 
         check_disjoint(forget, retain)
     path = need(cfg.model.path, "model.path", "<model dir or hub id>")
-    lines = [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
+    lines = _schedule_line(cfg, len(forget)) + [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
              f"needs {sorted(rm.needs()) or 'nothing extra'}",
              f"data: {len(forget)} forget and {len(retain)} retain "
              + ("rows" if cfg.data.format == "qa" else "documents"),

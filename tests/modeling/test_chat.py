@@ -125,7 +125,8 @@ def test_the_format_travels_with_a_saved_model(llama3_tok, tmp_path):
     llama3_tok.save_pretrained(tmp_path)
     chat.save(llama3_tok, tmp_path)
     again = load_tokenizer(str(tmp_path))
-    assert chat.get_format(again) == {"system": "You are a helpful assistant.", "template_args": {"date_string": "10 Apr 2025"}}
+    assert chat.get_format(again) == {"system": "You are a helpful assistant.", "template_args": {"date_string": "10 Apr 2025"},
+                                      "prompt_template": None}
     assert prompt_text(again, Q) == prompt_text(llama3_tok, Q)
     (tmp_path / chat.FILE).write_text('{"system": 5}')
     from obliviate.errors import ObliviateError
@@ -144,3 +145,63 @@ def test_the_config_section_checks_and_applies_the_format(llama3_tok):
     cfg = load_config(RunConfig, None, overrides=["model.chat.system=Hi there."])
     tok = with_chat(llama3_tok, cfg.model)
     assert chat.get_format(tok)["system"] == "Hi there." and "Hi there.<|eot_id|>" in prompt_text(tok, Q)
+
+
+INST = "[INST] {question} [/INST]"  # closer-look's config/model_config.yaml, llama2-7b (question_start/end_tag)
+
+
+def closer_look_encoding(tok, question: str, answer: str, max_length: int = 500) -> tuple[list[int], list[int]]:
+    """closer-look's convert_raw_forget_data_to_model_format (dataset/data_module.py), rewritten here: the tagged
+    question + answer tokenised together with BOS, the question's token count (BOS included) masked, EOS as the
+    label after the answer; padding dropped."""
+    new_question = "[INST] " + question + " [/INST]"
+    ids = [tok.bos_token_id] + tok(new_question + answer, add_special_tokens=False)["input_ids"]
+    n_question = 1 + len(tok(new_question, add_special_tokens=False)["input_ids"])
+    labels = [-100] * n_question + ids[n_question:] + [tok.eos_token_id]
+    return ids + [tok.eos_token_id], labels
+
+
+def test_a_raw_prompt_template_encodes_as_closer_look_does(llama3_tok):
+    """The chat template is set aside: BOS, the tagged question, the answer right after it, EOS; the same ids and
+    label mask as the ASU authors' data module."""
+    tok = chat.set_format(llama3_tok, prompt_template=INST)
+    assert prompt_text(tok, Q) == f"[INST] {Q} [/INST]"
+    for question, answer in [(Q, A), ("Who wrote 'Orla'?", " Ann did, in 1999."), ("Why?", "Because.")]:
+        enc = encode_qa(tok, question, answer, 500)
+        assert (enc.input_ids, enc.labels) == closer_look_encoding(tok, question, answer)
+        assert prompt_ids(tok, question) == enc.input_ids[:enc.labels.count(-100)]
+    from obliviate.data.tokenize import encode_qa_many, has_chat_template
+
+    assert not has_chat_template(tok)
+    assert [e.input_ids for e in encode_qa_many(tok, [(Q, A), ("Why?", "Because.")], 500)] == \
+        [encode_qa(tok, Q, A, 500).input_ids, encode_qa(tok, "Why?", "Because.", 500).input_ids]
+
+
+def test_bad_raw_templates_are_refused_with_the_fix():
+    for bad, match in [("[INST] {q} [/INST]", r"has the fields \['q'\]"), ("no field", r"has the fields \[\]"),
+                       ("{question} {question}", "has the fields"), ("{question", "not a format string"),
+                       (5, "must be a string with one {question} field")]:
+        with pytest.raises(ValueError, match=match):
+            chat.check_format(None, {}, prompt_template=bad)
+    with pytest.raises(ValueError, match="prompt_template replaces the chat template"):
+        chat.check_format("System.", {}, prompt_template=INST)
+    chat.check_format(None, {}, prompt_template="{{literal}} {question}")  # doubled braces are text
+
+
+def test_a_raw_template_travels_with_a_saved_model_and_through_the_config(llama3_tok, tmp_path):
+    from obliviate.config import RunConfig, load_config
+    from obliviate.errors import ConfigError, ObliviateError
+    from obliviate.modeling.load import load_tokenizer
+    from obliviate.train.student import with_chat
+
+    with pytest.raises(ConfigError, match="model.chat.prompt_template"):
+        load_config(RunConfig, None, overrides=["model.chat.prompt_template=Q: {query}"])
+    cfg = load_config(RunConfig, None, overrides=[f"model.chat.prompt_template={INST}"])
+    tok = with_chat(copy.deepcopy(llama3_tok), cfg.model)
+    tok.save_pretrained(tmp_path)
+    chat.save(tok, tmp_path)
+    again = load_tokenizer(str(tmp_path))
+    assert chat.raw_template(again) == INST and prompt_text(again, Q) == f"[INST] {Q} [/INST]"
+    (tmp_path / chat.FILE).write_text('{"prompt_template": "no field"}')
+    with pytest.raises(ObliviateError, match="not a prompt format"):
+        load_tokenizer(str(tmp_path))

@@ -38,9 +38,9 @@ def run(out: Path, per_device_batch: int) -> None:
 
     original = optim.make_optimizer
 
-    def spy(model, cfg, steps):  # the optimizer is built over the shards: record what it holds
+    def spy(model, cfg, steps, warmup):  # the optimizer is built over the shards: record what it holds
         seen.append(type(next(model.parameters())).__name__)
-        return original(model, cfg, steps)
+        return original(model, cfg, steps, warmup)
 
     for rule in RULES:
         model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()

@@ -76,7 +76,7 @@ def _run_toy(tmp_path, bad, checkpoint=True, steps=5):
     cfg = _cfg(max_steps=steps, lr=1e-2, max_grad_norm=None,
                **({"checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 1} if checkpoint else {}))
     acc = loop.make_accelerator(cfg)
-    opt, sched = optim.make_optimizer(model, cfg, steps)
+    opt, sched = optim.make_optimizer(model, cfg, steps, 0)
     snaps, original = [], loop._finish_step
 
     def finish(*a, **k):

@@ -76,6 +76,9 @@ def few_shot_text(tokenizer: Any, question: str, shots: Sequence[QARow]) -> str:
     if has_chat_template(tokenizer):
         turns = [t for s in shots for t in (("user", s.question), ("assistant", s.answer))] + [("user", question)]
         return chat.render(tokenizer, chat.messages(tokenizer, turns), add_generation_prompt=True)
+    raw = chat.raw_template(tokenizer)
+    if raw is not None:  # the answer follows the raw prompt directly, as in training
+        return "\n\n".join([raw.format(question=s.question) + s.answer for s in shots] + [raw.format(question=question)])
     blocks = [PLAIN_PROMPT.format(question=s.question) + " " + s.answer for s in shots]
     return "\n\n".join(blocks + [PLAIN_PROMPT.format(question=question)])
 

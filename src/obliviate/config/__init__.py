@@ -41,16 +41,21 @@ class ChatSettings:
                                        "open-unlearning's TOFU models: 'You are a helpful assistant.'")
     template_args: dict = setting({}, "keyword arguments for the chat template, e.g. {date_string: '10 Apr 2025'}; "
                                       "a template that reads today's date always gets a fixed one (docs/METRICS.md §1.1)")
+    prompt_template: str | None = setting(None, "a raw prompt for models fine-tuned without a chat template, with one "
+                                          "{question} field, e.g. '[INST] {question} [/INST]' (TOFU's Llama-2 "
+                                          "models, closer-look, ASU): BOS, the prompt, then the answer directly and "
+                                          "EOS; replaces the tokenizer's chat template (not with system / "
+                                          "template_args); null: the chat template, else 'Question: ...\\nAnswer:'")
 
     def __post_init__(self) -> None:
         try:
-            check_format(self.system, self.template_args)
+            check_format(self.system, self.template_args, prompt_template=self.prompt_template)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
     def given(self) -> bool:
         """Whether the config sets a prompt format (else a saved model's own chat_format.json applies)."""
-        return self.system is not None or bool(self.template_args)
+        return self.system is not None or bool(self.template_args) or self.prompt_template is not None
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,10 @@ class TrainConfig:
     weight_decay: float = setting(0.01, "AdamW weight decay")
     scheduler: str = setting("linear", "linear | cosine | constant | constant_with_warmup (transformers)")
     warmup_ratio: float = setting(0.0, "share of steps used for linear warm-up")
+    warmup_epochs: float | None = setting(None, "warm-up given in epochs instead: floor(warmup_epochs × forget rows "
+                                          "/ (batch_size × processes × grad_accum)) steps, as the ASU authors' "
+                                          "forget.py sets one epoch's steps (not with warmup_ratio); null: "
+                                          "warmup_ratio")
     max_grad_norm: float | None = setting(1.0, "gradient clipping norm; null to disable")
     seed: int = setting(0, "seed for initialisation order, shuffling and forget/retain pairing")
     cpu: bool = setting(False, "force the CPU even when a GPU is present")
@@ -256,6 +265,12 @@ class TrainConfig:
         require(self.lr > 0, "train.lr", self.lr, "> 0")
         require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, ">= 0")
         require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "in [0, 1)")
+        if self.warmup_epochs is not None:
+            require(self.warmup_epochs >= 0, "train.warmup_epochs", self.warmup_epochs, ">= 0 or null")
+            require(self.warmup_ratio == 0, "train.warmup_ratio", self.warmup_ratio,
+                    "0 when train.warmup_epochs is set (give the warm-up one way)")
+            require(self.max_steps is not None or self.warmup_epochs < self.epochs, "train.warmup_epochs",
+                    self.warmup_epochs, f"below train.epochs ({self.epochs}): the warm-up must end inside the run")
         require(self.max_grad_norm is None or self.max_grad_norm > 0, "train.max_grad_norm", self.max_grad_norm, "> 0 or null")
         schedulers = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
         require(self.scheduler in schedulers, "train.scheduler", self.scheduler, f"one of {', '.join(schedulers)}")

@@ -22,11 +22,15 @@ PLAIN_PROMPT = "Question: {question}\nAnswer:"
 
 
 def has_chat_template(tokenizer: Any) -> bool:
-    return bool(getattr(tokenizer, "chat_template", None))
+    """Whether prompts go through the tokenizer's chat template (a raw prompt template replaces it)."""
+    return bool(getattr(tokenizer, "chat_template", None)) and chat.raw_template(tokenizer) is None
 
 
 def prompt_text(tokenizer: Any, question: str) -> str:
     """The text the model sees before the answer."""
+    raw = chat.raw_template(tokenizer)
+    if raw is not None:
+        return raw.format(question=question)
     if has_chat_template(tokenizer):
         return chat.render(tokenizer, chat.messages(tokenizer, [("user", question)]), add_generation_prompt=True)
     return PLAIN_PROMPT.format(question=question)
@@ -46,6 +50,8 @@ def prompt_ids(tokenizer: Any, question: str) -> list[int]:
 def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
     """Token ids of the answer continuation, ending in EOS."""
     eos = tokenizer.eos_token_id
+    if chat.raw_template(tokenizer) is not None:
+        return _joint_answer(tokenizer, prompt_text(tokenizer, question), answer) + ([eos] if eos is not None else [])
     if has_chat_template(tokenizer):
         p = prompt_text(tokenizer, question)
         full = chat.render(tokenizer, chat.messages(tokenizer, [("user", question), ("assistant", answer)]),
@@ -55,6 +61,17 @@ def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
         return ids if eos is None or eos in ids else ids + [eos]
     ids = tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
     return ids + ([eos] if eos is not None else [])
+
+
+def _joint_answer(tokenizer: Any, prompt: str, answer: str) -> list[int]:
+    """The answer's ids as prompt + answer tokenise together: the joint ids past the prompt's own count (TOFU's
+    and closer-look's `num_question_tokens` split). Where the joint ids do not start with the prompt's (a token
+    merged across the boundary, rare) the answer is tokenised alone, so the prompt keeps its own tokens."""
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    full = tokenizer(prompt + answer, add_special_tokens=False)["input_ids"]
+    if full[: len(p)] == p:
+        return full[len(p):]
+    return tokenizer(answer, add_special_tokens=False)["input_ids"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +108,7 @@ def encode_qa_many(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length:
     for q, _ in pairs:
         if q not in prompts:
             prompts[q] = prompt_ids(tokenizer, q)
-    if has_chat_template(tokenizer) or not pairs:
+    if has_chat_template(tokenizer) or chat.raw_template(tokenizer) is not None or not pairs:
         answers = [answer_ids(tokenizer, q, a) for q, a in pairs]
     else:
         eos = tokenizer.eos_token_id

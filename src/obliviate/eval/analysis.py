@@ -18,6 +18,7 @@ import torch
 
 from obliviate.data.rows import QARow
 from obliviate.data.tokenize import collate, encode_qa, has_chat_template, pad_id
+from obliviate.modeling import chat
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.smoothing import attention_entropy, smoothed_teacher
 from obliviate.progress import track
@@ -46,7 +47,8 @@ def fact_spans(row: QARow) -> list[tuple[int, int]]:
 
 def answer_token_classes(tokenizer: Any, row: QARow, n_answer_tokens: int) -> np.ndarray:
     """FACTUAL / FUNCTIONAL / OTHER for each of the example's counted answer tokens. -> [n]."""
-    lead = "" if has_chat_template(tokenizer) else " "  # as encode_qa: chat answers start the turn, plain ones after a space
+    # as encode_qa: chat answers start the turn, raw-template ones follow the prompt, plain ones come after a space
+    lead = "" if has_chat_template(tokenizer) or chat.raw_template(tokenizer) is not None else " "
     enc = tokenizer(lead + row.answer, add_special_tokens=False, return_offsets_mapping=True)
     offsets = [(max(0, s - len(lead)), max(0, e - len(lead))) for s, e in enc["offset_mapping"]]
     spans = fact_spans(row)

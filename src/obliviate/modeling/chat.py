@@ -6,7 +6,10 @@ A prompt format is a plain dict carried on the tokenizer object under `ATTR` (so
 formats a prompt, in training, evaluation and the audit, formats it the same way) and written beside a
 saved model as `FILE`, so a model unlearned with a format is evaluated with it:
   system         the system turn's text, or None for no system turn;
-  template_args  keyword arguments for the template (e.g. Llama-3's `date_string`).
+  template_args  keyword arguments for the template (e.g. Llama-3's `date_string`);
+  prompt_template  a raw prompt with one `{question}` field (e.g. `[INST] {question} [/INST]`, the TOFU
+                 Llama-2 models' format) for models fine-tuned without a chat template: it replaces the
+                 tokenizer's chat template, the answer follows it directly, BOS first (data/tokenize.py).
 A template that reads today's date (Llama-3's `strftime_now("%d %b %Y")` behind `date_string`) would
 write a different prompt every day; here it always gets a fixed date: `date_string` defaults to
 FIXED_DATE when the template mentions it, and any `strftime_now(fmt)` call returns that date in `fmt`.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import string
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,8 +34,28 @@ _DATE_FORMAT = "%d %b %Y"  # Llama-3's own format for date_string
 _STRFTIME = re.compile(r"strftime_now\(\s*(['\"])(.*?)\1\s*\)")
 
 
-def check_format(system: Any, template_args: Any, where: str = "model.chat") -> dict[str, Any]:
-    """A validated prompt format {system, template_args}; ValueError naming the key otherwise."""
+def check_template(template: Any, where: str = "model.chat") -> None:
+    """A raw prompt template: a string whose only field is one `{question}`; ValueError naming the key otherwise."""
+    if template is None:
+        return
+    fix = "a string with one {question} field, e.g. '[INST] {question} [/INST]' (literal braces doubled: {{ }})"
+    if not isinstance(template, str):
+        raise ValueError(f"{where}.prompt_template must be {fix}, got {type(template).__name__}")
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"{where}.prompt_template {template!r} is not a format string ({exc}); use {fix}") from None
+    if fields != ["question"]:
+        raise ValueError(f"{where}.prompt_template {template!r} has the fields {fields}; it must be {fix}")
+
+
+def check_format(system: Any, template_args: Any, where: str = "model.chat",
+                 prompt_template: Any = None) -> dict[str, Any]:
+    """A validated prompt format {system, template_args, prompt_template}; ValueError naming the key otherwise."""
+    check_template(prompt_template, where)
+    if prompt_template is not None and (system is not None or template_args):
+        raise ValueError(f"{where}.prompt_template replaces the chat template, so {where}.system and "
+                         f"{where}.template_args do not apply: put any system text into the template itself")
     if system is not None and not isinstance(system, str):
         raise ValueError(f"{where}.system must be a string or null, got {type(system).__name__}")
     if not isinstance(template_args, Mapping) or not all(isinstance(k, str) for k in template_args):
@@ -42,20 +66,29 @@ def check_format(system: Any, template_args: Any, where: str = "model.chat") -> 
     date = template_args.get("date_string")
     if date is not None and not isinstance(date, str):
         raise ValueError(f"{where}.template_args.date_string must be a string like '10 Apr 2025', got {date!r}")
-    return {"system": system, "template_args": dict(template_args)}
+    return {"system": system, "template_args": dict(template_args), "prompt_template": prompt_template}
 
 
-def set_format(tokenizer: Any, system: str | None = None, template_args: Mapping[str, Any] | None = None) -> Any:
+def set_format(tokenizer: Any, system: str | None = None, template_args: Mapping[str, Any] | None = None,
+               prompt_template: str | None = None) -> Any:
     """Attach a prompt format to `tokenizer` (returned, for chaining); replaces any format it carried."""
-    setattr(tokenizer, ATTR, check_format(system, dict(template_args or {})))
+    setattr(tokenizer, ATTR, check_format(system, dict(template_args or {}), prompt_template=prompt_template))
     return tokenizer
 
 
 def get_format(tokenizer: Any) -> dict[str, Any]:
-    """The prompt format `tokenizer` carries: {system: None, template_args: {}} when none was set."""
+    """The prompt format `tokenizer` carries: {system: None, template_args: {}, prompt_template: None} when none
+    was set."""
     fmt = getattr(tokenizer, ATTR, None)
-    return {"system": fmt["system"], "template_args": dict(fmt["template_args"])} if fmt else \
-        {"system": None, "template_args": {}}
+    if not fmt:
+        return {"system": None, "template_args": {}, "prompt_template": None}
+    return {"system": fmt["system"], "template_args": dict(fmt["template_args"]),
+            "prompt_template": fmt.get("prompt_template")}
+
+
+def raw_template(tokenizer: Any) -> str | None:
+    """The raw prompt template the tokenizer's format sets (None: the chat template or the plain prompt)."""
+    return get_format(tokenizer)["prompt_template"]
 
 
 def template_of(tokenizer: Any) -> str:
@@ -106,7 +139,9 @@ def messages(tokenizer: Any, turns: list[tuple[str, str]]) -> list[dict[str, str
 def save(tokenizer: Any, directory: Path) -> None:
     """Write the tokenizer's prompt format beside a saved model (nothing when it carries the empty format)."""
     fmt = get_format(tokenizer)
-    if fmt["system"] is not None or fmt["template_args"]:
+    if fmt["prompt_template"] is None:
+        del fmt["prompt_template"]  # files written before raw templates existed read the same
+    if fmt.get("prompt_template") or fmt["system"] is not None or fmt["template_args"]:
         files.write_json(directory / FILE, fmt)
 
 
@@ -116,8 +151,9 @@ def load(tokenizer: Any, directory: str | Path) -> Any:
     if path.is_file():
         data = json.loads(path.read_text(encoding="utf-8"))
         try:
-            set_format(tokenizer, data.get("system"), data.get("template_args") or {})
+            set_format(tokenizer, data.get("system"), data.get("template_args") or {}, data.get("prompt_template"))
         except (ValueError, AttributeError) as exc:
             raise ValueError(f"{path}: not a prompt format ({exc}); delete the file or rewrite it as "
-                             "{\"system\": ..., \"template_args\": {...}}") from None
+                             "{\"system\": ..., \"template_args\": {...}} or {\"prompt_template\": "
+                             "\"... {question} ...\"}") from None
     return tokenizer

@@ -194,7 +194,8 @@ def tokenizer_info(tokenizer: Any, max_length: int) -> dict[str, Any]:
             "bos_token_id": getattr(tokenizer, "bos_token_id", None),
             "eos_token_id": getattr(tokenizer, "eos_token_id", None),
             "chat_system": chat.get_format(tokenizer)["system"] if template else None,
-            "chat_template_args": chat.resolved_args(tokenizer) if template else None}
+            "chat_template_args": chat.resolved_args(tokenizer) if template else None,
+            "prompt_template": chat.raw_template(tokenizer)}
 
 
 def side_record(split: str, rows: Sequence[Any], digests: list[str]) -> dict[str, Any]:
@@ -432,7 +433,7 @@ def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> li
     now = tokenizer_info(tok, settings["max_length"])
     out = [Difference("tokenizer", key, f"{now[key]!r}, receipt says {settings.get(key)!r}")
            for key in ("vocab_sha256", "vocab_size", "chat_template", "chat_template_sha256", "chat_system",
-                       "chat_template_args") if now[key] != settings.get(key)]
+                       "chat_template_args", "prompt_template") if now[key] != settings.get(key)]
     for side in ("forget", "retain"):
         split = data[side]["split"] if side in data else cfg_data[f"{side}_split"]
         rows = load_data(source, cfg_data.get("format", "qa"), [split])

@@ -137,7 +137,7 @@ def active(acc: Any, cfg: TrainConfig) -> bool:
 
 
 def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cfg: TrainConfig,
-            steps: int) -> tuple[torch.nn.Module, Any, Any]:
+            sch: Any) -> tuple[torch.nn.Module, Any, Any]:
     """accelerate's data-parallel prepare, or with cfg.fsdp the student sharded and a fresh AdamW + schedule
     built over its shards (the optimizer given was built over the full parameters that sharding replaced).
     Gradient checkpointing and per-layer compilation (train/switches.py) are applied first."""
@@ -151,7 +151,7 @@ def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cf
 
     optimizer.param_groups.clear()  # it holds the full parameters: let sharding free them (AdamW has no state yet)
     shard(model, acc.device)
-    optimizer, scheduler = optim.make_optimizer(model, cfg, steps)
+    optimizer, scheduler = optim.make_optimizer(model, cfg, sch.steps, sch.warmup)  # sch: train.schedule.Schedule
     return model, optimizer, scheduler
 
 

@@ -2,7 +2,6 @@
 AdamW, schedule, logs. What is optimised comes in a LossPlan (see its docstring)."""
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -121,13 +120,6 @@ def end_process(rc: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
-
-
-def total_steps(n_examples: int, global_batch: int, cfg: TrainConfig) -> int:
-    """Optimizer steps: max_steps, or ceil(epochs · n / global batch) where global batch counts accumulation."""
-    if cfg.max_steps is not None:
-        return cfg.max_steps
-    return max(1, math.ceil(cfg.epochs * n_examples / (global_batch * cfg.grad_accum)))
 
 
 @dataclass

@@ -26,9 +26,10 @@ def optimizer_class(name: str) -> Any:
     return getattr(bitsandbytes.optim, BNB_OPTIMIZERS[name])
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tuple[Any, Any]:
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int, warmup: int) -> tuple[Any, Any]:
     """AdamW (train.optimizer: torch's or bitsandbytes' 8-bit / paged one) over trainable parameters (no decay on
-    biases/norms) and a transformers schedule."""
+    biases/norms) and a transformers schedule of `steps` steps, the first `warmup` of them warming up
+    (train/schedule.py)."""
     from transformers import get_scheduler
 
     decay, no_decay = [], []
@@ -37,5 +38,5 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, steps: int) -> tupl
             (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = optimizer_class(cfg.optimizer)(groups, lr=cfg.lr)
-    sched = get_scheduler(cfg.scheduler, opt, num_warmup_steps=int(cfg.warmup_ratio * steps), num_training_steps=steps)
+    sched = get_scheduler(cfg.scheduler, opt, num_warmup_steps=warmup, num_training_steps=steps)
     return opt, sched

@@ -38,7 +38,7 @@ def with_chat(tokenizer: Any, mc: ModelConfig) -> Any:
     from obliviate.modeling import chat
 
     if mc.chat.given():
-        chat.set_format(tokenizer, mc.chat.system, mc.chat.template_args)
+        chat.set_format(tokenizer, mc.chat.system, mc.chat.template_args, mc.chat.prompt_template)
     return tokenizer
 
 

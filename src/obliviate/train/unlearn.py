@@ -26,8 +26,9 @@ from obliviate.modeling.logprobs import (
 from obliviate.modeling.teacher import Teacher
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
-from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop, total_steps
+from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop
 from obliviate.train.optim import make_optimizer
+from obliviate.train.schedule import schedule
 from obliviate.train.tracking import plan as tracking_plan
 
 if TYPE_CHECKING:
@@ -462,11 +463,12 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     if frozen is not None:
         place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
-    steps = total_steps(len(fside.enc), global_batch, train)
+    sch = schedule(len(fside.enc), global_batch, train)
+    steps = sch.steps
     used = planned_rows(len(fside.enc), len(rside.enc) if rside else 0, global_batch, train.seed,
                         steps * train.grad_accum)
     attach_caches(method, rm, fside, rside, cache_pool, chunk, used)
-    opt, sched = make_optimizer(model, train, steps)
+    opt, sched = make_optimizer(model, train, steps, sch.warmup)
     data = {"forget": fside.enc, "retain": rside.enc if rside else [],
             "forget_refusals": fside.refusal_enc.fingerprint_rows() if fside.refusal_enc else [],
             "retain_refusals": rside.refusal_enc.fingerprint_rows() if rside and rside.refusal_enc else []}
@@ -475,7 +477,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
                  method={**rm.settings(), "cache": _cache_trajectory(method),
                          **({"refusal_draw": method.refusal_draw} if rm.needs_refusals else {})})
     fp = _now(fp, train)  # θ0's weights, read before prepare shards them
-    model, opt, sched = prepare(acc, model, opt, sched, train, steps)
+    model, opt, sched = prepare(acc, model, opt, sched, train, sch)
     pad = pad_id(tokenizer)
     lengths = ([len(e.input_ids) for e in fside.enc], [len(e.input_ids) for e in rside.enc] if rside else [])
     plan = with_steps(paired_batches(len(fside.enc), len(rside.enc) if rside else 0, global_batch, seed=train.seed),
@@ -513,13 +515,14 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     acc = accelerator or make_accelerator(train, tracking)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes
-    steps = total_steps(len(enc), global_batch, train)
-    opt, sched = make_optimizer(model, train, steps)
+    sch = schedule(len(enc), global_batch, train)
+    steps = sch.steps
+    opt, sched = make_optimizer(model, train, steps, sch.warmup)
     fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data={"rows": enc})
     chunk = vocab_chunk(train, model)
     fp = _now(fp, train)
-    model, opt, sched = prepare(acc, model, opt, sched, train, steps)
+    model, opt, sched = prepare(acc, model, opt, sched, train, sch)
     pad = pad_id(tokenizer)
 
     def compute(idx: list[int], part: str) -> tuple[float, torch.Tensor]:
