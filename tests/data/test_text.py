@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from obliviate.data.text import chunk_texts, document_ids, load_texts, window_ids
+from obliviate.data.text import chunk_texts, document_ids, load_texts, stream_windows, window_ids
 from obliviate.data.tokenize import collate, pad_id
 from obliviate.errors import DataError
 from obliviate.modeling.logprobs import IGNORE_INDEX
@@ -38,6 +38,37 @@ def test_chunking_exact_window_sizes(tok):
     # Default min_tokens = min(32, max_length): the 15-token tail of a 16-token cut goes.
     assert [len(e.input_ids) for e in chunk_texts(tok, [doc], max_length=16)] == [16]
     assert [len(e.input_ids) for e in chunk_texts(tok, [doc], max_length=12)] == [12, 12]
+
+
+def test_stream_windows_cut_the_joined_corpus_as_open_unlearning_does(tok):
+    """By hand: "the cat" + "\\n\\n" and "a dog ran" + "\\n\\n" are one stream of 10 tokens (the, cat, 2 newlines;
+    a, do, g, ran, 2 newlines); max_length 4 gives floor(10 / 4) = 2 windows, the two last newlines dropped; each
+    window is decoded and re-encoded with BOS in front: 5 ids, every one a label."""
+    out = stream_windows(tok, ["the cat", "a dog ran"], max_length=4)
+    assert [len(e.input_ids) for e in out] == [5, 5]
+    assert [e.input_ids[0] for e in out] == [tok.bos_token_id] * 2
+    assert [tok.decode(e.input_ids[1:]) for e in out] == ["the cat\n\n", "a dog ran"]
+    assert all(e.labels == e.input_ids and e.truncated for e in out)
+    per_doc = chunk_texts(tok, ["the cat", "a dog ran"], max_length=5, min_tokens=2)
+    assert [tok.decode(e.input_ids[1:]) for e in per_doc] == ["the cat", "a dog ran"]  # each document its own window
+    assert len(stream_windows(tok, ["the cat", "a dog ran"], max_length=3)) == 3  # 10 // 3, one token dropped
+    with pytest.raises(DataError, match="fewer than one window of data.max_length=11.*data.windows=document"):
+        stream_windows(tok, ["the cat", "a dog ran"], max_length=11)
+
+
+def test_stream_windows_reach_training_and_are_checked(tok):
+    from obliviate.config import RunConfig, load_config
+    from obliviate.errors import ConfigError
+    from obliviate.train.unlearn import encode_rows
+
+    docs = [SENTENCE, "a dog ran far away"]
+    assert encode_rows(tok, docs, 4, "stream") == stream_windows(tok, docs, 4)
+    assert encode_rows(tok, docs, 4) == chunk_texts(tok, docs, 4)
+    with pytest.raises(ConfigError, match="data.windows"):
+        load_config(RunConfig, None, overrides=["data.windows=stream"])  # QA data has no windows
+    with pytest.raises(ConfigError, match="data.windows"):
+        load_config(RunConfig, None, overrides=["data.format=text", "data.windows=joined"])
+    assert load_config(RunConfig, None, overrides=["data.format=text", "data.windows=stream"]).data.windows == "stream"
 
 
 def test_window_ids_pure():

@@ -99,6 +99,38 @@ def test_kl_batch_positions_equal_open_unlearnings_kl_div_over_every_logit(pair,
     assert abs(answer.item() - ref.item()) > 1e-4
 
 
+def asu_released_kl(student, frozen, ids, att):
+    """The ASU authors' TOFU retain term as released (Right-to-be-forgotten trainer/losses.py, the second `kl_loss`
+    definition, which Python keeps), rewritten here: log-softmax of every logit of rows padded to max_length, no
+    shift, kl_div(student, θ0, batchmean, log_target) over the flattened [B·T, V] rows."""
+    V = student.config.vocab_size
+    cur = F.log_softmax(student(input_ids=ids, attention_mask=att).logits, -1).reshape(-1, V)
+    ref = F.log_softmax(frozen.model(input_ids=ids, attention_mask=att).logits, -1).reshape(-1, V)
+    return F.kl_div(cur, ref, reduction="batchmean", log_target=True)
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_kl_max_length_positions_equal_the_asu_authors_released_kl(pair, small_world, small_tok, chunk):
+    """Every position of rows padded to max_length (prompt, padding and the last logit), with or without vocabulary
+    chunks (7 rows at a time), against the released formula; the paper's answer-token term is another number."""
+    from accelerate import Accelerator
+
+    student, frozen = pair
+    rows = small_world.splits["retain90"][:3]
+    pad, width = pad_id(small_tok), 70
+    side = _side(RETAIN, "kl", small_tok, rows, {"positions": "max_length"}, max_length=width)
+    side.chunk = chunk
+    with torch.no_grad():
+        ours = side.loss(student, frozen, [0, 1, 2], Accelerator(cpu=True), pad)
+        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in side.enc])
+        att = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in side.enc])
+        ref = asu_released_kl(student, frozen, ids, att)
+        answer = _side(RETAIN, "kl", small_tok, rows, {}, max_length=width).loss(student, frozen, [0, 1, 2],
+                                                                                 Accelerator(cpu=True), pad)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+    assert abs(answer.item() - ref.item()) > 1e-4
+
+
 def test_me_max_length_positions_equal_closer_looks_me_on_rows_padded_to_max_length(pair, small_world, small_tok):
     from accelerate import Accelerator
 
@@ -132,6 +164,6 @@ def test_positions_other_than_answer_take_no_cache_and_are_checked(small_world, 
     answer_side = _side(RETAIN, "kl", small_tok, rows, {})
     add_caches(CacheBudget("exact", 1.0, 64, False), batch_side, answer_side)
     assert batch_side.caches == {} and set(answer_side.caches) == {"reference"}
-    with pytest.raises(ConfigError, match=r"kl: positions must be one of \['answer', 'batch'\]"):
-        RETAIN.get("kl").resolve({"positions": "max_length"})
+    with pytest.raises(ConfigError, match=r"kl: positions must be one of \['answer', 'batch', 'max_length'\]"):
+        RETAIN.get("kl").resolve({"positions": "sequence"})
     assert IGNORE_INDEX == -100

@@ -44,7 +44,7 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     else:
         monitor = runs.monitor(model, tok, source, cfg)
         res = unlearn(model, tok, forget, retain, cfg.method, cfg.train, max_length=cfg.data.max_length,
-                      monitor=monitor, tracking=track)
+                      monitor=monitor, tracking=track, windows=cfg.data.windows)
         if not runs.main_process():  # data-parallel runs: rank 0 evaluates and saves, the others are done
             return {}
         metrics = {"history": res.history, "train_seconds": res.seconds}

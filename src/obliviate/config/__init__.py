@@ -95,10 +95,18 @@ class DataConfig:
     format: str = setting("qa", "qa (question/answer rows) | text (raw documents, chunked into max_length windows)")
     fields: dict = setting({}, "the data's own column names for obliviate's fields (qa), e.g. "
                                "{question: prompt, answer: response}; unset fields keep their names")
+    windows: str = setting("document", "how raw text (format text) is cut: document = each document [BOS] + its "
+                                       "tokens in max_length windows, short tails dropped | stream = as "
+                                       "open-unlearning's PretrainingDataset (SAGO's WMDP / RWKU runs): documents + "
+                                       "'\\n\\n' as one token stream, max_length windows, BOS on every window, "
+                                       "the stream's tail dropped (data/text.py)")
 
     def __post_init__(self) -> None:
         require(self.max_length >= 8, "data.max_length", self.max_length, ">= 8")
         require(self.format in ("qa", "text"), "data.format", self.format, "qa or text")
+        require(self.windows in ("document", "stream"), "data.windows", self.windows, "document or stream")
+        require(self.windows == "document" or self.format == "text", "data.windows", self.windows,
+                "document for QA data (data.format=qa): windows cut raw text only")
         _check_fields(self.fields, self.format)
 
 

@@ -22,7 +22,12 @@ windows of `max_length` tokens (stride = max_length, no overlap). Every token is
 mask). A document's last, shorter window is kept when it holds at least `min_tokens` tokens, and a
 document that fits in one window is always kept (if it has >= 2 tokens, i.e. one next-token target),
 so short documents are never lost; dropped tails are at most min_tokens - 1 tokens per document.
-MUSE's own trainer instead joins a .txt corpus into one stream and gives every window its own BOS.
+That is `data.windows: document`. `data.windows: stream` (`stream_windows`) cuts them as open-unlearning's
+PretrainingDataset does (src/data/pretraining.py, which SAGO's WMDP and RWKU runs use): every document + "\n\n"
+tokenised without special tokens, all of them concatenated into one stream, cut into floor(L / max_length)
+windows of max_length tokens (the stream's tail is dropped), each window decoded to text and tokenised again
+with BOS in front (preprocess_pretraining_instance), so a window holds up to max_length + 1 ids and its first
+label is the BOS's successor. MUSE's own trainer (its .txt corpora) gives every window a BOS too.
 """
 from __future__ import annotations
 
@@ -183,6 +188,29 @@ def window_ids(ids: Sequence[int], max_length: int, min_tokens: int) -> list[lis
     if len(windows) > 1 and len(windows[-1]) < min_tokens:
         windows.pop()
     return [w for w in windows if len(w) >= 2]
+
+
+WINDOWS = ("document", "stream")
+
+
+def stream_windows(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[Encoded]:
+    """open-unlearning's PretrainingDataset windows (module docstring): documents + "\n\n" as one token stream,
+    floor(L / max_length) windows, each decoded and re-encoded as [BOS] + ids (cut to max_length + 1 ids);
+    every token a label. [documents] -> [Encoded], in stream order."""
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2, got {max_length}")
+    if not texts:
+        raise DataError("no documents to chunk: the corpus is empty")
+    stream = [i for ids in tokenizer([t + "\n\n" for t in texts], add_special_tokens=False)["input_ids"] for i in ids]
+    if len(stream) < max_length:
+        raise DataError(f"the corpus holds {len(stream)} tokens, fewer than one window of data.max_length="
+                        f"{max_length}: lower data.max_length or use data.windows=document (per-document windows)")
+    out = []
+    for start in range(0, len(stream) // max_length * max_length, max_length):
+        text = tokenizer.decode(stream[start:start + max_length], skip_special_tokens=True)
+        ids = document_ids(tokenizer, text)[: max_length + 1]
+        out.append(Encoded(ids, list(ids), True))
+    return out
 
 
 def chunk_texts(tokenizer: Any, texts: Sequence[str], max_length: int,

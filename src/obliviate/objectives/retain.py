@@ -23,14 +23,16 @@ def nll(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     return -policy.mean(policy.token_logp, reduction)
 
 
-@retain_term("kl", needs=("reference",), loop_params={"positions": "answer"}, choices={"positions": ("answer", "batch")},
-             last_position=True)
+@retain_term("kl", needs=("reference",), loop_params={"positions": "answer"},
+             choices={"positions": ("answer", "batch", "max_length")}, last_position=True)
 def kl(policy: TokenStats, reference: TokenStats, *, reduction: str = "token") -> Tensor:
     """KL(p_θ0 ‖ p_θ) on the counted positions of the retain batch; [B, T-1, V] -> scalar.
 
-    "token" (default) pools them. positions (a loop parameter): "answer" (default) counts answer tokens only;
-    "batch" every logit of the padded batch, prompt, padding and each row's last position included, as
-    open-unlearning's kl_div(batchmean) over the flattened [B·T, V] logits.
+    "token" (default) pools them. positions (a loop parameter): "answer" (default, the ASU paper's term) counts
+    answer tokens only; "batch" every logit of the padded batch, prompt, padding and each row's last position
+    included, as open-unlearning's kl_div(batchmean) over the flattened [B·T, V] logits; "max_length" the same
+    with every row padded to data.max_length: the ASU authors' TOFU term as released (Right-to-be-forgotten
+    trainer/losses.py, the second `kl_loss`, which shadows the first: unshifted, batchmean over rows padded to 500).
     """
     return masked_token_kl(reference, policy, reduction)
 

@@ -175,11 +175,11 @@ def rows_digest(digests: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def encoded_digests(tokenizer: Any, rows: Sequence[Any], max_length: int) -> list[str]:
+def encoded_digests(tokenizer: Any, rows: Sequence[Any], max_length: int, windows: str = "document") -> list[str]:
     """Row digests of `rows` encoded exactly as training encodes them."""
     from obliviate.train.unlearn import encode_rows
 
-    return [row_digest(e.input_ids, e.labels) for e in encode_rows(tokenizer, rows, max_length)]
+    return [row_digest(e.input_ids, e.labels) for e in encode_rows(tokenizer, rows, max_length, windows)]
 
 
 def tokenizer_info(tokenizer: Any, max_length: int) -> dict[str, Any]:
@@ -261,7 +261,7 @@ def build_receipt(cfg: Any, tokenizer: Any, forget: Sequence[Any], retain: Seque
     from obliviate.train.unlearn import resolve_method
 
     config, resolved = to_dict(cfg), resolve_method(cfg.method).settings()  # defaults filled in
-    ml = cfg.data.max_length
+    ml, win = cfg.data.max_length, cfg.data.windows
     shared = set(final) & set(theta0)  # none when a LoRA run saves its adapters only (merge_on_save=false)
     return {
         "receipt_version": RECEIPT_VERSION, "created": utc_now(), "obliviate_version": library_version(),
@@ -270,8 +270,8 @@ def build_receipt(cfg: Any, tokenizer: Any, forget: Sequence[Any], retain: Seque
         "method": {"label": cfg.method.label, "forget": cfg.method.forget, "retain": cfg.method.retain,
                    "rule": cfg.method.combine.rule, "resolved": resolved},
         "data": {"source": cfg.data.source, "format": cfg.data.format, "tokenization": tokenizer_info(tokenizer, ml),
-                 "forget": side_record(cfg.data.forget_split, forget, encoded_digests(tokenizer, forget, ml)),
-                 "retain": side_record(cfg.data.retain_split, retain, encoded_digests(tokenizer, retain, ml))},
+                 "forget": side_record(cfg.data.forget_split, forget, encoded_digests(tokenizer, forget, ml, win)),
+                 "retain": side_record(cfg.data.retain_split, retain, encoded_digests(tokenizer, retain, ml, win))},
         "weights": {"start": {"source": cfg.model.path, "dtype": cfg.model.dtype, "sha256": weights_digest(theta0),
                               "n_tensors": len(theta0), "tensors": dict(theta0)},
                     "final": {"sha256": weights_digest(final), "n_tensors": len(final), "tensors": dict(final)},
@@ -437,7 +437,8 @@ def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> li
     for side in ("forget", "retain"):
         split = data[side]["split"] if side in data else cfg_data[f"{side}_split"]
         rows = load_data(source, cfg_data.get("format", "qa"), [split])
-        out += _compare_side(side, data[side], rows, encoded_digests(tok, rows, settings["max_length"]))
+        out += _compare_side(side, data[side], rows, encoded_digests(tok, rows, settings["max_length"],
+                                                                     cfg_data.get("windows", "document")))
     return out
 
 

@@ -121,12 +121,14 @@ def is_text(rows: Rows) -> bool:
     return bool(rows) and isinstance(rows[0], str)
 
 
-def encode_rows(tokenizer: Any, rows: Rows, max_length: int) -> list[Encoded]:
-    """QA rows with the prompt masked, or raw documents cut into max_length windows (every token a label)."""
+def encode_rows(tokenizer: Any, rows: Rows, max_length: int, windows: str = "document") -> list[Encoded]:
+    """QA rows with the prompt masked, or raw documents cut into max_length windows (every token a label): per
+    document, or with windows="stream" as open-unlearning cuts them (data/text.py)."""
     if is_text(rows):
-        from obliviate.data.text import chunk_texts
+        from obliviate.data.text import chunk_texts, stream_windows
 
-        return chunk_texts(tokenizer, list(rows), max_length)  # type: ignore[arg-type]
+        cut = stream_windows if windows == "stream" else chunk_texts
+        return cut(tokenizer, list(rows), max_length)  # type: ignore[arg-type]
     return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]  # type: ignore[union-attr]
 
 
@@ -288,7 +290,8 @@ def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | 
 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
-           retain_rows: Rows, max_length: int, seed: int, chunk: int | None = None) -> tuple[Side, Side | None]:
+           retain_rows: Rows, max_length: int, seed: int, chunk: int | None = None,
+           windows: str = "document") -> tuple[Side, Side | None]:
     """Encode both sides, with refusal answers for the questions when an objective needs them (θ0 caches:
     `attach_caches`)."""
     if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
@@ -300,11 +303,11 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
         return RefusalTwins(lambda q, a: encode_qa(tokenizer, q, a, max_length), [r.question for r in rows],
                             refusals, seed * 7 + stream, method.refusal_draw)  # type: ignore[arg-type]
 
-    forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length),
+    forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length, windows),
                   refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length, chunk=chunk)
     if rm.retain is None:
         return forget, None
-    retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length),
+    retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length, windows),
                   refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length, chunk=chunk)
     return forget, retain
 
@@ -432,13 +435,14 @@ def _shard_batch(enc: list[Encoded], idx: list[int], acc: Any, pad: int) -> tupl
 def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_rows: Rows,
             method: MethodConfig, train: TrainConfig, *, max_length: int = 256, accelerator: Any = None,
             monitor: Any = None, cache_pool: dict | None = None, fields: Fields | None = None,
-            tracking: Any = None) -> TrainResult:
+            tracking: Any = None, windows: str = "document") -> TrainResult:
     """Minimise γ·L_F(forget) + α·L_R(retain) from the current weights (θ0) for the configured steps.
 
     Rows: lists of QARow or raw-text strings, or records (a `datasets.Dataset`, a list of dicts) whose columns
     `fields` maps to obliviate's ({"question": "prompt", "answer": "response"}).
 
-    Rows are QA pairs (prompt masked) or raw-text documents (chunked, every token counted). `monitor`
+    Rows are QA pairs (prompt masked) or raw-text documents (cut into windows per document, or as one stream
+    with windows="stream": data.windows; every token counted). `monitor`
     (train/monitor.py) evaluates during training; `cache_pool` keeps the θ0 caches for the next call on the
     same rows and θ0 (a sweep's trials: the teacher's and reference's statistics are computed once). `tracking`
     (train/tracking.py): where and under which name train.report_to's trackers record the run (default: in
@@ -454,7 +458,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
     acc = accelerator or make_accelerator(train, tracking)
     chunk = vocab_chunk(train, model)
-    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk, windows)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
