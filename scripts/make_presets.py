@@ -16,6 +16,13 @@ OU = "locuslab/open-unlearning"
 CL = "sail-sg/closer-look-LLM-unlearning"
 SAGO = "sustech-nlp/SAGO"
 SIMPLE = "OPTML-Group/Unlearn-Simple"
+ASU = "Salehzz/ASU-unlearning@2bdc362"  # the ASU authors' code, the commit read
+RTBF = f"{ASU} Right-to-be-forgotten"  # its TOFU code (a fork of closer-look)
+ASU_OU = f"{ASU} open-unlearning"  # its patched open-unlearning (MUSE)
+SAGO_AT = "sustech-nlp/SAGO@2363ee7"
+ASU_SRC = (f"the ASU authors' code, {RTBF}/trainer/losses.py asu_loss (KL(teacher || student) per answer token, "
+           "mean per example, then over examples) and my_models/my_llama.py (QK^T / (sqrt(d) tau) on every layer "
+           "when layers_id is null)")
 
 
 def _method(desc: str, method: dict, src: str, *, train: dict | None = None, train_src: str = "",
@@ -77,10 +84,14 @@ METHODS = {
                    {"forget": "rmu", "retain": "hidden_mse", "alpha": 1.0, "gamma": 1.0},
                    "per target (see TARGETS[...]['rmu'])"),
     "asu_gd": _method("ASU_GD: attention-smoothing distillation + NLL on retain", {"forget": "asu", "retain": "nll"},
-                      "ASU paper (arXiv 2603.01285), docs/METHODS.md §1; no public code"),
+                      ASU_SRC, muse={"forget": "asu", "retain": "nll", "gamma": 0.35},
+                      muse_src=f"{ASU_SRC}; MUSE-News: {ASU_OU}/scripts/muse_unlearn.sh:100-101 (alpha 0.35, which "
+                               "src/trainer/unlearn/ASU.py:102 puts on the FORGET term = our gamma; tau 2.0)"),
     "asu_kl": _method("ASU_KL: attention-smoothing distillation + KL to the original model on retain",
                       {"forget": "asu", "retain": "kl"},
-                      "ASU paper (arXiv 2603.01285), docs/METHODS.md §1; no public code"),
+                      ASU_SRC, muse={"forget": "asu", "retain": "kl", "gamma": 0.35},
+                      muse_src=f"{ASU_SRC}; MUSE-News: {ASU_OU}/scripts/muse_unlearn.sh:100-101 (alpha 0.35, which "
+                               "src/trainer/unlearn/ASU.py:102 puts on the FORGET term = our gamma; tau 2.0)"),
     "simnpo_sago": _method("SimNPO+GD with SAGO (beta 0.02, delta 0.1, alpha 0.1, gamma 1)",
                            {"forget": "simnpo", "forget_args": {"beta": 0.02, "delta": 0.1}, "retain": "nll",
                             "alpha": 0.1, "gamma": 1.0, "combine": {"rule": "sago"}},
@@ -92,7 +103,8 @@ METHODS = {
                           f"{OU} configs/trainer/NPO.yaml (SAGO's 1e-4 is tuned to 512-token documents)"),
     "asu_sago": _method("ASU_GD with SAGO (retention first on conflicting coordinates)",
                         {"forget": "asu", "retain": "nll", "combine": {"rule": "sago"}},
-                        f"ASU paper (arXiv 2603.01285) with the rule of {SAGO}"),
+                        f"{ASU_SRC}, with the rule of {SAGO_AT} src/trainer/unlearn/grad_surgery.py _apply_sago "
+                        "(no author ran this pair)"),
 }
 
 TARGETS = {
@@ -133,10 +145,11 @@ TARGETS = {
         "note": "MUSE-News raw text (hub; a local copy in the hub layout works too) from MUSE's target model; "
                 "evaluated with VerbMem / KnowMem / PrivLeak. Needs a GPU in practice (2048-token windows, 7B).",
         "train_src": f"{OU} configs/experiment/unlearn/muse/default.yaml (10 epochs, lr 1e-5, constant, batch "
-                     "4 x 8) and configs/trainer/finetune.yaml (weight_decay 0)",
+                     "4 x 8) and configs/trainer/finetune.yaml (weight_decay 0); windows as its src/data/pretraining.py "
+                     "cuts raw text (data.windows stream)",
         "model": {"path": "muse-bench/MUSE-news_target"},
         "data": {"source": "muse-bench/MUSE-News", "forget_split": "raw/forget", "retain_split": "raw/retain1",
-                 "max_length": 2048, "format": "text"},
+                 "max_length": 2048, "format": "text", "windows": "stream"},
         "train": {"epochs": 10, "batch_size": 4, "grad_accum": 8, "lr": 1.0e-5, "scheduler": "constant",
                   "weight_decay": 0.0},
         "eval": {"enabled": True},
@@ -200,6 +213,18 @@ WMDP = {
     ("npo", "sago", "bio"): ({"beta": 0.0001}, 1.0, 0.1, 150, "NPO_sago_bio.yaml"),
     ("npo", "sago", "cyber"): ({"beta": 0.001}, 0.1, 1.0, 300, "NPO_sago_cyber.yaml"),
 }
+# GradDiff: (rule, corpus) -> alpha (retain), gamma (forget), lr, max_steps, source file (helper-resolved Hydra chains:
+# the *_pcgrad / *_sago files inherit configs/experiment/unlearn/wmdp/default.yaml: alpha 1, gamma 1, warmup_ratio 0.1).
+WMDP_GD = {
+    ("sum", "bio"): (1.0, 1.0, 3.0e-6, 100, "GradDiff_bio.yaml"),
+    ("sum", "cyber"): (1.0, 1.0, 5.0e-6, 100, "GradDiff_cyber.yaml"),
+    ("sago", "bio"): (0.5, 1.0, 1.0e-5, 500, "GradDiff_sago_bio.yaml"),
+    ("sago", "cyber"): (1.0, 1.0, 1.0e-5, 500, "GradDiff_sago_cyber.yaml"),
+    ("pcgrad", "bio"): (1.0, 1.0, 1.0e-5, 100, "GradDiff_pcgrad_bio.yaml"),
+    ("pcgrad", "cyber"): (1.0, 1.0, 1.0e-5, 100, "GradDiff_pcgrad_cyber.yaml"),
+    ("pcgrad_global", "bio"): (1.0, 1.0, 1.0e-5, 300, "GradDiff_pcgrad_global_bio.yaml"),
+    ("pcgrad_global", "cyber"): (1.0, 1.0, 1.0e-5, 100, "GradDiff_pcgrad_global_cyber.yaml"),
+}
 # RMU: SAGO ran it with `sum` only (RMU_bio.yaml / RMU_cyber.yaml); the same values serve pcgrad and sago.
 RMU_ALPHA = {"bio": 2.5, "cyber": 1.0}
 WMDP_DATA = {  # SAGO reads data/wmdp/wmdp-corpora/<corpus>-{forget,retain}-corpus.jsonl
@@ -231,7 +256,12 @@ def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
     name = f"{method}_{rule}_{corpus}"
     train = {"max_steps": 100, "batch_size": 2, "grad_accum": 16, "lr": 1.0e-5, "scheduler": "linear",
              "warmup_ratio": 0.1, "weight_decay": 0.0, "max_grad_norm": 1.0}
-    if method == "rmu":
+    if method == "graddiff":
+        alpha, gamma, lr, steps, file = WMDP_GD[(rule, corpus)]
+        m = {"forget": "ga", "retain": "nll", "alpha": alpha, "gamma": gamma}
+        train.update(max_steps=steps, lr=lr)
+        src = f"{WMDP_DIR}/{file} (lr {lr:g}, {steps} steps, alpha {alpha:g}, gamma {gamma:g}, warmup_ratio 0.1)"
+    elif method == "rmu":
         m = {"forget": "rmu", "forget_args": {"layer": 7, "steering_coef": 2.0, "trainable_params": "wmdp"},
              "retain": "hidden_mse", "retain_args": {"layer": 7}, "alpha": RMU_ALPHA[corpus], "gamma": 1.0}
         train.update(max_steps=80, lr=5.0e-5, scheduler="constant", warmup_ratio=0.0)
@@ -247,15 +277,17 @@ def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
     if rule != "sum":
         m["combine"] = {"rule": rule}
     cfg = {"model": {"path": "HuggingFaceH4/zephyr-7b-beta", "dtype": "bfloat16"},
-           "data": {**WMDP_DATA[corpus], "max_length": 512, "format": "text"},
+           "data": {**WMDP_DATA[corpus], "max_length": 512, "format": "text", "windows": "stream"},
            "method": m, "train": train, "eval": {"enabled": False}, "output_dir": f"runs/wmdp-{name}"}
-    label = {"rmu": "RMU", "npo": "NPO+GD", "simnpo": "SimNPO+GD"}[method]
-    rule_label = {"sum": "the plain sum", "pcgrad": "module-wise PCGrad", "sago": "SAGO"}[rule]
+    label = {"rmu": "RMU", "npo": "NPO+GD", "simnpo": "SimNPO+GD", "graddiff": "GradDiff"}[method]
+    rule_label = {"sum": "the plain sum", "pcgrad": "module-wise PCGrad", "sago": "SAGO",
+                  "pcgrad_global": "global PCGrad"}[rule]
     header = _header([
         f"{label} with {rule_label} on WMDP-{corpus} (Zephyr-7B-beta; SAGO's headline setting).",
         f"Source: {src}.",
         f"Global batch 32 ({SAGO} scripts/wmdp_unlearn.sh, wmdp_baselines.sh); weight_decay 0 "
-        f"({SAGO} configs/trainer/finetune.yaml); 512-token windows ({OU} configs/data/datasets/WMDP_forget.yaml).",
+        f"({SAGO} configs/trainer/finetune.yaml); 512-token windows ({OU} configs/data/datasets/WMDP_forget.yaml), "
+        f"cut as {SAGO} src/data/pretraining.py does (data.windows stream).",
         f"Data: {WMDP_DATA_NOTE[corpus]}.",
         f"One GPU: {_memory(method, rule)}.",
         f"Run from the repository root: obliviate unlearn --config configs/wmdp/{name}.yaml",
@@ -268,7 +300,8 @@ def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
 
 
 def wmdp_names() -> list[tuple[str, str, str]]:
-    return [(m, r, c) for m in ("rmu", "npo", "simnpo") for r in ("sum", "pcgrad", "sago") for c in ("bio", "cyber")]
+    base = [(m, r, c) for m in ("rmu", "npo", "simnpo") for r in ("sum", "pcgrad", "sago") for c in ("bio", "cyber")]
+    return base + [("graddiff", r, c) for r, c in WMDP_GD]
 
 
 # ----------------------------------------------------------------------------- TOFU on a GPU, as published
@@ -328,6 +361,107 @@ def gpu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
     return _header(lines), cfg
 
 
+# ----------------------------------------------------------------------------- ASU's own TOFU recipe, exactly
+
+# TOFU rows per forget split (locuslab/TOFU; the copy shipped with obliviate holds the same counts).
+TOFU_ROWS = {"01": 40, "05": 200, "10": 400}
+ASU_TOFU = {  # name -> (description, retain term, retain_args)
+    "asu_gd": ("ASU_GD as the ASU authors run it on TOFU (Right-to-be-forgotten scripts/tofu/asu.sh, ASU+GD)", "nll", {}),
+    "asu_kl": ("ASU_KL with the paper's retain term (KL on answer tokens) and the authors' TOFU recipe", "kl", {}),
+    "asu_kl_released": ("ASU_KL exactly as released: the authors' TOFU retain term, KL over every position of rows "
+                        "padded to 500 tokens (batchmean)", "kl", {"positions": "max_length"}),
+}
+
+
+def asu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
+    """(header, config) of the ASU authors' TOFU run `name` on forget`split` (Llama-2-7B fine-tuned on TOFU)."""
+    desc, retain, retain_args = ASU_TOFU[name]
+    n = TOFU_ROWS[split]
+    steps, per_epoch = 5 * n // 32, n // 32
+    method = {"forget": "asu", "forget_args": {"tau": 2.3, "layers": None}, "retain": retain, "gamma": 0.1,
+              "alpha": 1.0, **({"retain_args": retain_args} if retain_args else {})}
+    cfg = {"model": {"path": "locuslab/tofu_ft_llama2-7b", "tokenizer": "NousResearch/Llama-2-7b-chat-hf",
+                     "dtype": "float32", "chat": {"prompt_template": "[INST] {question} [/INST]"}},
+           "data": {"source": "locuslab/TOFU", "forget_split": f"forget{split}",
+                    "retain_split": f"retain{100 - int(split):02d}", "max_length": 500},
+           "method": method,
+           "train": {"epochs": 5, "max_steps": steps, "batch_size": 4, "grad_accum": 8, "lr": 1.0e-5,
+                     "scheduler": "linear", "warmup_epochs": 1.0 if per_epoch > 1 else 0.0, "weight_decay": 0.01,
+                     "max_grad_norm": 1.0, "precision": "bf16", "optimizer": "paged_adamw",
+                     "gradient_checkpointing": True},
+           "eval": {"forget_split": f"forget{split}_perturbed", "holdout_split": f"holdout{split}",
+                    "retain_model": f"open-unlearning/tofu_Llama-2-7b-chat-hf_retain{100 - int(split):02d}",
+                    "protocol": "closer_look"},
+           "output_dir": f"runs/gpu-asu-tofu-llama2-{name}-forget{split}"}
+    released = ("; retain term: the second `kl_loss` of trainer/losses.py (line 197), which shadows the first "
+                "(line 161) in Python: every position of the padded rows, unshifted, batchmean (positions max_length)"
+                if name == "asu_kl_released" else
+                "; retain term: the paper's KL on answer tokens, i.e. the first, shadowed `kl_loss` of trainer/"
+                "losses.py (line 161); `asu_kl_released` runs the one the code actually uses" if name == "asu_kl" else "")
+    lines = [
+        f"{desc}.",
+        f"Source: {RTBF}/scripts/tofu/asu.sh:21-37 (tau 2.3, layers_id null = every layer, forget_coeff 0.1 = gamma, "
+        f"regularization_coeff 1.0 = alpha, lr 1e-5, 5 epochs){released}.",
+        f"Schedule: {RTBF}/forget.py:121-126: max_steps = 5 x {n} rows // 32 = {steps}, warm-up = one epoch's steps "
+        f"({n} // 32 = {per_epoch}{'' if per_epoch > 1 else ', and none when an epoch is one step'}); effective batch "
+        "32 (4 per GPU x 4 accumulation x 2 GPUs there; 4 x 8 on one GPU here); weight decay 0.01 (config/tofu.yaml:30); "
+        "linear schedule (the Trainer's default); paged AdamW 32-bit (forget.py:160).",
+        f"Data: rows of 500 tokens at most (forget.py:116); prompt '[INST] ' + q + ' [/INST]' + answer with BOS "
+        f"({RTBF}/config/model_config.yaml:4-6, dataset/data_module.py:24-50); the tokenizer of "
+        "NousResearch/Llama-2-7b-chat-hf (model_config.yaml:3); retain = the other TOFU authors (their retain pool for "
+        "task 1, forget.py:41-48).",
+        "Precision: fp32 master weights and optimizer state, bf16 compute (their bf16 + DeepSpeed ZeRO-3 keeps fp32 "
+        "partitions); gradient checkpointing as model_config.yaml:8.",
+        "Differences, on purpose: each forget row meets a retain row drawn by the run's seed (theirs: row i always "
+        "meets one fixed retain row, data_module.py:108-109); NLL retain tokens pooled over the whole step (theirs: "
+        "per micro-batch, then averaged); evaluation by closer-look's protocol with open-unlearning's Llama-2 retain "
+        "model for forget quality (closer-look ships no retain model).",
+        "Memory (estimate, not measured): 6.7B fp32 weights + gradients + paged AdamW ~108 GB (states page to the "
+        "host under pressure), frozen teacher copy 27 GB, activations with checkpointing a few GB: one 141 GB GPU.",
+        f"CPU twin: configs/twins/asu_tofu_llama2_7b/{name}_forget{split}.yaml (same recipe, the tiny TOFU target).",
+        f"Run from the repository root: obliviate unlearn --config configs/gpu/asu_tofu_llama2_7b/{name}_forget{split}.yaml"]
+    return _header(lines), cfg
+
+
+def cpu_twin(header: str, cfg: dict, family: str, name: str) -> tuple[str, dict]:
+    """The CPU-sized twin of a GPU preset: the same recipe (method, schedule, data splits, prompt) on the tiny TOFU
+    target of configs/tofu/finetune_target_tiny.yaml and the TOFU copy shipped with obliviate, in float32 with
+    torch's AdamW and no GPU-only switches."""
+    twin = {**cfg, "model": {**cfg["model"], "path": "runs/tofu-target-tiny", "dtype": "float32"},
+            "data": {**cfg["data"], "source": "tofu"},
+            "train": {k: v for k, v in cfg["train"].items()
+                      if k not in ("precision", "optimizer", "gradient_checkpointing")},
+            "eval": {**cfg["eval"], "protocol": "tofu",  # the tiny retain model holds retain99: forget01's twin
+                     "retain_model": "runs/tofu-retain99-tiny" if cfg["data"]["retain_split"] == "retain99" else None},
+            "output_dir": f"runs/twin-{family}-{name}"}
+    twin["model"].pop("tokenizer", None)
+    first = header.splitlines()[0][2:]
+    source = next(ln[2:] for ln in header.splitlines() if ln.startswith("# Source: "))
+    lines = [f"CPU twin of configs/gpu/{family}/{name}.yaml: {first}", source,
+             "Same method, schedule, splits and prompt; the model is the tiny TOFU target (build it first: obliviate "
+             "finetune --config configs/tofu/finetune_target_tiny.yaml, and the retain model with "
+             "finetune_retain99_tiny.yaml), float32, torch AdamW, evaluated by the TOFU protocol.",
+             f"Run from the repository root: obliviate unlearn --config configs/twins/{family}/{name}.yaml"]
+    return _header(lines), twin
+
+
+def muse_books_asu(name: str) -> tuple[str, dict]:
+    """ASU on MUSE-Books as the ASU authors' open-unlearning script sets it (tau 2.35, forget weight 0.001)."""
+    header, cfg = preset(name, "muse")
+    cfg["model"] = {"path": "muse-bench/MUSE-Books_target"}
+    cfg["data"] = {**cfg["data"], "source": "muse-bench/MUSE-Books"}
+    cfg["method"] = {**cfg["method"], "forget_args": {"tau": 2.35, "layers": None}, "gamma": 0.001}
+    cfg["muse"] = {"source": "muse-bench/MUSE-Books", "retrain_model": "muse-bench/MUSE-Books_retrain"}
+    cfg["output_dir"] = f"runs/muse-books-{name}"
+    lines = [ln[2:] for ln in header.splitlines()]
+    lines[0] = lines[0].rstrip(".") + ", on MUSE-Books."
+    lines[1] = (f"Source: {ASU_SRC}; MUSE-Books: {ASU_OU}/scripts/muse_unlearn.sh:134-135 (alpha 0.001, the FORGET "
+                "weight in src/trainer/unlearn/ASU.py:102 = our gamma; tau 2.35).")
+    lines[3] = "On MUSE-Books raw text (hub) from MUSE's Books target model; evaluated with VerbMem / KnowMem / PrivLeak."
+    lines[-1] = f"Run from the repository root: obliviate unlearn --config configs/muse/{name}_books.yaml"
+    return _header(lines), cfg
+
+
 def write(path: Path, header: str, cfg: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None), encoding="utf-8")
@@ -349,6 +483,16 @@ def main(root: Path | None = None) -> int:
         for split in ("01", "05", "10"):
             write(root / "gpu" / "tofu_llama32_1b" / f"{name}_forget{split}.yaml", *gpu_tofu_preset(name, split))
             count += 1
+    for name in ASU_TOFU:
+        for split in TOFU_ROWS:
+            header, cfg = asu_tofu_preset(name, split)
+            write(root / "gpu" / "asu_tofu_llama2_7b" / f"{name}_forget{split}.yaml", header, cfg)
+            write(root / "twins" / "asu_tofu_llama2_7b" / f"{name}_forget{split}.yaml",
+                  *cpu_twin(header, cfg, "asu_tofu_llama2_7b", f"{name}_forget{split}"))
+            count += 2
+    for name in ("asu_gd", "asu_kl"):
+        write(root / "muse" / f"{name}_books.yaml", *muse_books_asu(name))
+        count += 1
     return count
 
 

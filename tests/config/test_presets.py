@@ -11,7 +11,8 @@ from obliviate.config import RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
-GENERATED = ("tofu", "synthetic", "muse", "wmdp", "gpu/tofu_llama32_1b")
+GENERATED = ("tofu", "synthetic", "muse", "wmdp", "gpu/tofu_llama32_1b", "gpu/asu_tofu_llama2_7b",
+             "twins/asu_tofu_llama2_7b")
 
 
 def _command(path: Path) -> str:
@@ -36,7 +37,8 @@ UNLEARN = [p for p in ALL if _command(p) == "unlearn"]
 
 def test_presets_exist() -> None:
     assert {str(p.parent.relative_to(CONFIGS)) for p in UNLEARN} >= set(GENERATED)
-    assert len(list((CONFIGS / "wmdp").glob("*.yaml"))) == 18  # RMU / NPO / SimNPO x sum / PCGrad / SAGO x bio / cyber
+    # RMU / NPO / SimNPO x sum / PCGrad / SAGO x bio / cyber, and GradDiff x sum / SAGO / PCGrad / global PCGrad x 2
+    assert len(list((CONFIGS / "wmdp").glob("*.yaml"))) == 18 + 8
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(CONFIGS)))
@@ -100,7 +102,8 @@ def test_wmdp_presets_are_runnable_as_written() -> None:
         assert cfg.data.forget_split.startswith(f"{corpus}-forget-corpus")
         assert cfg.data.retain_split.startswith(f"{corpus}-retain-corpus")
         assert cfg.train.max_steps and cfg.train.batch_size * cfg.train.grad_accum == 32
-        assert cfg.method.combine.rule == path.stem.split("_")[1]
+        assert cfg.method.combine.rule == path.stem.split("_", 1)[1].rsplit("_", 1)[0]
+        assert cfg.data.windows == "stream"
         if cfg.method.forget == "rmu":
             assert cfg.method.forget_args["layer"] == cfg.method.retain_args["layer"] == 7
             assert cfg.method.forget_args["trainable_params"] == "wmdp"
