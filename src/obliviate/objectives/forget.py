@@ -27,7 +27,8 @@ def asu(policy: TokenStats, teacher: TokenStats, *, reduction: str = "example") 
     """ASU forget loss (arXiv 2603.01285, §1): mean_x (1/|y|) Σ_t KL(p_θτ ‖ p_θ); stats [B, T-1, V] -> scalar.
 
     The teacher is θ0 with attention temperature tau on `layers` (None = all). "example" is the
-    paper's equation (no public reference code to follow). Hand check: one answer token, teacher
+    paper's equation and the authors' `asu_loss` (Salehzz/ASU-unlearning, Right-to-be-forgotten/trainer/
+    losses.py; benchmarks/authors_oracle.py compares them). Hand check: one answer token, teacher
     (0.5, 0.5), student (0.25, 0.75): KL = 0.5·ln2 + 0.5·ln(2/3) ≈ 0.1438.
     """
     return masked_token_kl(teacher, policy, reduction)
