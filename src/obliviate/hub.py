@@ -11,6 +11,9 @@ import os
 import re
 import socket
 import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
 from urllib.parse import urlsplit
 
 from obliviate.errors import ObliviateError
@@ -20,6 +23,27 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 _TRUE = ("1", "true", "yes", "on")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _answers: dict[tuple[str, int], str | None] = {}
+_SKIPPING: ContextVar[bool] = ContextVar("obliviate_hub_skipping", default=False)
+
+
+class HubSkipped(ObliviateError):
+    """A check that needs the hub, left out because `obliviate validate --offline` asked for no hub access."""
+
+
+@contextmanager
+def skipping_hub() -> Iterator[None]:
+    """While active, every hub access (require_hub) raises HubSkipped instead of connecting: `validate --offline`
+    checks everything else and lists what it skipped."""
+    token = _SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        _SKIPPING.reset(token)
+
+
+def skipping() -> bool:
+    """Whether hub access is being skipped (inside `skipping_hub`)."""
+    return _SKIPPING.get()
 
 
 def offline() -> bool:
@@ -75,7 +99,10 @@ def unreachable() -> str | None:
 def require_hub(what: str) -> None:
     """Raise ObliviateError at once when `what` (e.g. "model.path 'org/model'") needs the hub and it is unreachable.
 
-    Does nothing offline (HF_HUB_OFFLINE=1): then the libraries read their cache and fail fast themselves."""
+    Does nothing offline (HF_HUB_OFFLINE=1): then the libraries read their cache and fail fast themselves. Inside
+    `skipping_hub` it raises HubSkipped naming `what`, so the caller can list the check it left out."""
+    if skipping():
+        raise HubSkipped(f"{what}: a hub id, not fetched (validate --offline)")
     if offline():
         return
     why = unreachable()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from obliviate import hub
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
 from obliviate.config.fields import need
 from obliviate.data.splits import load_data
@@ -128,6 +129,15 @@ def _check_methods_data(cfg: RunConfig, rm: Any) -> None:
         load_refusals(cfg.method.refusals)
 
 
+def unless_skipped(lines: list[str], check: Callable[[], Any]) -> Any:
+    """check(), or None with a "skipped" line in `lines` when it needs the hub and `validate --offline` leaves it out."""
+    try:
+        return check()
+    except hub.HubSkipped as exc:
+        lines.append(f"skipped: {exc}")
+        return None
+
+
 def _schedule_line(cfg: RunConfig, n_forget: int) -> list[str]:
     """QA data: the run's steps and warm-up (train/schedule.py) for the processes this launch has (WORLD_SIZE, else
     one), refused here when the warm-up outlasts the run; raw text is cut into windows only when it is tokenised."""
@@ -195,33 +205,41 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     source = need(cfg.data.source, "data.source", "<data dir or hub id>")
     rm = resolve_method(cfg.method)  # unknown names / keys fail before any loading
     _check_methods_data(cfg, rm)
-    forget = load_data(source, cfg.data.format, [cfg.data.forget_split], cfg.data.fields)
-    retain = load_data(source, cfg.data.format, [cfg.data.retain_split], cfg.data.fields)
-    if cfg.data.format == "qa":
+    skipped: list[str] = []
+    loaded = unless_skipped(skipped, lambda: tuple(load_data(source, cfg.data.format, [split], cfg.data.fields)
+                                                    for split in (cfg.data.forget_split, cfg.data.retain_split)))
+    forget, retain = loaded if loaded else ([], [])
+    if loaded and cfg.data.format == "qa":
         from obliviate.data.rows import check_disjoint
 
         check_disjoint(forget, retain)
     path = need(cfg.model.path, "model.path", "<model dir or hub id>")
-    lines = _schedule_line(cfg, len(forget)) + [f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
-             f"needs {sorted(rm.needs()) or 'nothing extra'}",
-             f"data: {len(forget)} forget and {len(retain)} retain "
-             + ("rows" if cfg.data.format == "qa" else "documents"),
-             "model: " + check_model_source(path, "model.path")]
-    if cfg.model.tokenizer:
-        lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
+    kind = "rows" if cfg.data.format == "qa" else "documents"
+    model_line = "model: " + check_model_source(path, "model.path")
     n_layers = layer_count(model_config(path))
     if n_layers is not None:
         check_method_layers(cfg.method, rm, n_layers)
-        lines[-1] += f", {n_layers} layers"
+        model_line += f", {n_layers} layers"
+    elif hub.skipping():
+        skipped.append("skipped: the method's layer indices against the model's layer count (its config.json is "
+                       "not local)")
+    lines = (_schedule_line(cfg, len(forget)) if loaded else []) + [
+        f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
+        f"needs {sorted(rm.needs()) or 'nothing extra'}",
+        f"data: {len(forget)} forget and {len(retain)} retain {kind}" if loaded else
+        f"data: {source} not loaded, so neither the overlap of forget and retain nor the schedule is checked",
+        model_line] + skipped
+    if cfg.model.tokenizer:
+        lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
     check_hidden_layers_agree(rm)  # after the range checks: a layer the model lacks is the first thing to fix
     if cfg.eval.enabled and cfg.data.format == "qa":
-        lines += _check_tofu_eval(cfg, source)
+        lines += unless_skipped(lines, lambda: _check_tofu_eval(cfg, source)) or []
         lines += _check_during(cfg)
     elif cfg.eval.every_steps is not None:
         raise ConfigError("eval.every_steps evaluates TOFU-style QA splits during training; it needs data.format=qa "
                           "and eval.enabled=true (drop eval.every_steps otherwise)")
     elif cfg.eval.enabled and cfg.muse.source:
-        lines += _check_muse_eval(cfg)
+        lines += unless_skipped(lines, lambda: _check_muse_eval(cfg)) or []
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
     if cfg.method.cache_dir:  # where a cache over its limit would be spilled, checked before any training
         check_writable_location(Path(cfg.method.cache_dir) / "obliviate-cache", "method.cache_dir")
@@ -232,10 +250,8 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
 
         check_backend(cfg.train.compile_backend)
     if cfg.audit.enabled:
-        lines += _check_audit(cfg, source)
+        lines += unless_skipped(lines, lambda: _check_audit(cfg, source)) or []
     if cfg.hub.push:  # no token, offline, hub unreachable: said now, not after the training
-        from obliviate import hub
-
         hub.check_can_push()
         lines.append(f"hub: push to {cfg.hub.repo_id} after the run (a token is set and the hub answers)")
     return Plan(forget, retain, rm, n_layers, lines)

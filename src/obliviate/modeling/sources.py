@@ -46,7 +46,10 @@ def _check_model_dir(d: Path, key: str, path: str) -> str:
 
 
 def _check_hub_id(path: str, key: str, filenames: tuple[str, ...] = ("config.json",)) -> str:
-    """A hub id: cached when offline (one of `filenames` is), else the hub must be reachable (checked once, fast)."""
+    """A hub id: cached when offline (one of `filenames` is), else the hub must be reachable (checked once, fast);
+    under `validate --offline` an uncached one is named as not checked."""
+    if hub.skipping() and all(hub_cached_file(path, name) is None for name in filenames):
+        return f"hub id {path} (skipped: not fetched with --offline; its files are checked when it loads)"
     if hub.offline():
         if all(hub_cached_file(path, name) is None for name in filenames):
             raise ObliviateError(f"{key} {path!r} is no local path, so it names a hub id, but it is not in the hub "

@@ -1,0 +1,67 @@
+"""Every config under configs/ passes `obliviate validate --offline`: no hub access (hub models, tokenizers and data
+sets are named and every check that needs them is listed as skipped), everything else checked, from a folder laid
+out as a user's would be after the presets' own first steps: the tiny TOFU target and retain model in runs/, the
+demo's world and models in obliviate-demo/, WMDP's bio corpora at data/wmdp/wmdp-corpora."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from obliviate.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, small_tok) -> Path:
+    """A user's folder: runs/tofu-{target,retain99}-tiny (4 layers, as the tiny TOFU target), the demo's world and
+    models, two small WMDP bio corpora, and configs/ (sweeps name their base config by a relative path)."""
+    from obliviate.data.synthetic import make_world, write_world
+    from obliviate.modeling.load import save_model
+    from obliviate.modeling.tiny import tiny_llama
+
+    root = tmp_path_factory.mktemp("user")
+    model = tiny_llama(small_tok, hidden_size=16, num_layers=4, num_heads=2, seed=0)
+    for name in ("runs/tofu-target-tiny", "runs/tofu-retain99-tiny", "obliviate-demo/models/target",
+                 "obliviate-demo/models/retain"):
+        save_model(root / name, model, small_tok)
+    write_world(make_world(10, seed=0, forget_percents=(10,)), root / "obliviate-demo" / "world")
+    corpora = root / "data" / "wmdp" / "wmdp-corpora"
+    corpora.mkdir(parents=True)
+    for side in ("forget", "retain"):
+        lines = [json.dumps({"text": f"A {side} document number {i} about proteins."}) for i in range(4)]
+        (corpora / f"bio-{side}-corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "configs").symlink_to(ROOT / "configs")
+    return root
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_every_preset_validates_offline(path: Path, workdir: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub access that --offline missed fails instead of connecting
+    assert main(["validate", "--offline", "--config", str(path)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert out.startswith("valid (")
+    text = path.read_text(encoding="utf-8")
+    if "locuslab/TOFU" in text or "muse-bench/" in text or "cais/wmdp-corpora" in text:
+        assert "skipped: data source" in out and "not fetched (validate --offline)" in out, out
+        assert "data: " in out and "not loaded" in out
+
+
+def test_offline_validation_still_catches_what_needs_no_hub(workdir: Path, monkeypatch, capsys) -> None:
+    """A hub-backed preset with a bad key, an impossible warm-up or a layer the local model lacks still fails."""
+    monkeypatch.chdir(workdir)
+    gpu = ROOT / "configs" / "gpu" / "asu_tofu_llama2_7b" / "asu_gd_forget01.yaml"
+    assert main(["validate", "--offline", "--config", str(gpu), "train.warmup_ratio=2"]) == 2
+    assert "train.warmup_ratio" in capsys.readouterr().err
+    assert main(["validate", "--offline", "--config", str(gpu), "method.forget=nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+    twin = ROOT / "configs" / "twins" / "asu_tofu_llama2_7b" / "asu_gd_forget01.yaml"
+    assert main(["validate", "--offline", "--config", str(twin), "method.forget_args.layers=[9]"]) == 2
+    assert "layer index 9 is out of range" in capsys.readouterr().err
+    assert main(["validate", "--offline", "--config", str(twin)]) == 0
+    out = capsys.readouterr().out
+    assert "schedule: 6 optimizer steps, 0 of them warming up" in out and "4 layers" in out and "skipped" not in out
