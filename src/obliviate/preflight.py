@@ -9,9 +9,11 @@ evaluation splits and models, the checkpoint directory, the trackers (train.repo
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from obliviate import hub
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
@@ -99,8 +101,26 @@ def _check_output(cfg: RunConfig) -> None:
                           "(and replaced) as a whole at the end of the run; put the checkpoints elsewhere")
 
 
+_DEVICE_CHECKS: ContextVar[bool] = ContextVar("obliviate_device_checks", default=True)
+
+
+@contextmanager
+def without_device_checks() -> Iterator[None]:
+    """While active, what depends on this machine's accelerator (bitsandbytes with a CUDA GPU) is listed as skipped
+    instead of checked: `validate --no-device-checks`, for a config meant for another machine."""
+    token = _DEVICE_CHECKS.set(False)
+    try:
+        yield
+    finally:
+        _DEVICE_CHECKS.reset(token)
+
+
 def _memory_switches(train: Any, model: Any) -> list[str]:
     """train.optimizer / model.load_in_4bit checked (train/switches.py; torch is imported only here)."""
+    if not _DEVICE_CHECKS.get() and (train.optimizer != "adamw" or getattr(model, "load_in_4bit", False)):
+        asked = f"train.optimizer={train.optimizer}" if train.optimizer != "adamw" else "model.load_in_4bit=true"
+        return [f"skipped: {asked} needs bitsandbytes and a CUDA GPU, not checked on this machine "
+                "(validate --no-device-checks)"]
     from obliviate.train.switches import check_memory_switches
 
     return check_memory_switches(train, model)
@@ -129,12 +149,13 @@ def _check_methods_data(cfg: RunConfig, rm: Any) -> None:
         load_refusals(cfg.method.refusals)
 
 
-def unless_skipped(lines: list[str], check: Callable[[], Any]) -> Any:
-    """check(), or None with a "skipped" line in `lines` when it needs the hub and `validate --offline` leaves it out."""
+def unless_skipped(lines: list[str], check: Callable[[], Any], what: str = "") -> Any:
+    """check(), or None with a "skipped" line in `lines` (naming `what` was being checked) when it needs the hub and
+    `validate --offline` leaves it out."""
     try:
         return check()
     except hub.HubSkipped as exc:
-        lines.append(f"skipped: {exc}")
+        lines.append(f"skipped: {what + ': ' if what else ''}{exc}")
         return None
 
 
@@ -227,19 +248,20 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
         f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
         f"needs {sorted(rm.needs()) or 'nothing extra'}",
         f"data: {len(forget)} forget and {len(retain)} retain {kind}" if loaded else
-        f"data: {source} not loaded, so neither the overlap of forget and retain nor the schedule is checked",
+        f"data: {source} not loaded, so " + ("neither the overlap of forget and retain nor the schedule is checked"
+                                             if cfg.data.format == "qa" else "its windows are not counted"),
         model_line] + skipped
     if cfg.model.tokenizer:
         lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
     check_hidden_layers_agree(rm)  # after the range checks: a layer the model lacks is the first thing to fix
     if cfg.eval.enabled and cfg.data.format == "qa":
-        lines += unless_skipped(lines, lambda: _check_tofu_eval(cfg, source)) or []
+        lines += unless_skipped(lines, lambda: _check_tofu_eval(cfg, source), "the TOFU evaluation's splits and models") or []
         lines += _check_during(cfg)
     elif cfg.eval.every_steps is not None:
         raise ConfigError("eval.every_steps evaluates TOFU-style QA splits during training; it needs data.format=qa "
                           "and eval.enabled=true (drop eval.every_steps otherwise)")
     elif cfg.eval.enabled and cfg.muse.source:
-        lines += unless_skipped(lines, lambda: _check_muse_eval(cfg)) or []
+        lines += unless_skipped(lines, lambda: _check_muse_eval(cfg), "the MUSE evaluation") or []
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
     if cfg.method.cache_dir:  # where a cache over its limit would be spilled, checked before any training
         check_writable_location(Path(cfg.method.cache_dir) / "obliviate-cache", "method.cache_dir")
@@ -250,7 +272,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
 
         check_backend(cfg.train.compile_backend)
     if cfg.audit.enabled:
-        lines += unless_skipped(lines, lambda: _check_audit(cfg, source)) or []
+        lines += unless_skipped(lines, lambda: _check_audit(cfg, source), "the audit's splits") or []
     if cfg.hub.push:  # no token, offline, hub unreachable: said now, not after the training
         hub.check_can_push()
         lines.append(f"hub: push to {cfg.hub.repo_id} after the run (a token is set and the hub answers)")

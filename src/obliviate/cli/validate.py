@@ -9,7 +9,13 @@ from obliviate import hub
 from obliviate.cli import configured
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, RunConfig
 from obliviate.modeling.sources import check_model_source
-from obliviate.preflight import preflight_calibrate, preflight_eval, preflight_finetune, preflight_unlearn
+from obliviate.preflight import (
+    preflight_calibrate,
+    preflight_eval,
+    preflight_finetune,
+    preflight_unlearn,
+    without_device_checks,
+)
 
 HELP = ("check any command's config (unlearn, demo, finetune, eval, calibrate, sweep: keys, method, data, model "
         "files) with that command's own pre-flight, without training")
@@ -23,10 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true",
                    help="no hub access: hub models, tokenizers and data sets are named, not fetched, and every check "
                         "that needs them is listed as skipped; everything else is checked")
+    p.add_argument("--no-device-checks", action="store_true",
+                   help="for a config meant for another machine: what needs this machine's accelerator (bitsandbytes' "
+                        "optimizers and 4-bit weights on a CUDA GPU) is listed as skipped, not refused")
 
 
 def run(args: argparse.Namespace) -> int:
-    with hub.skipping_hub() if getattr(args, "offline", False) else nullcontext():
+    with hub.skipping_hub() if getattr(args, "offline", False) else nullcontext(), \
+            without_device_checks() if getattr(args, "no_device_checks", False) else nullcontext():
         return configured.run_with(run_validate, args, quiet=False)  # loads no weights: transformers stays unloaded
 
 
