@@ -152,13 +152,28 @@ INST = "[INST] {question} [/INST]"  # closer-look's config/model_config.yaml, ll
 
 def closer_look_encoding(tok, question: str, answer: str, max_length: int = 500) -> tuple[list[int], list[int]]:
     """closer-look's convert_raw_forget_data_to_model_format (dataset/data_module.py), rewritten here: the tagged
-    question + answer tokenised together with BOS, the question's token count (BOS included) masked, EOS as the
-    label after the answer; padding dropped."""
+    question + answer tokenised together with the tokenizer's special tokens, the tagged question's own token count
+    (add_special_tokens=True) masked, EOS as the label after the answer; padding dropped."""
     new_question = "[INST] " + question + " [/INST]"
-    ids = [tok.bos_token_id] + tok(new_question + answer, add_special_tokens=False)["input_ids"]
-    n_question = 1 + len(tok(new_question, add_special_tokens=False)["input_ids"])
+    ids = tok(new_question + answer, add_special_tokens=True)["input_ids"]
+    n_question = len(tok(new_question, add_special_tokens=True)["input_ids"])
     labels = [-100] * n_question + ids[n_question:] + [tok.eos_token_id]
     return ids + [tok.eos_token_id], labels
+
+
+def test_a_raw_template_masks_the_prompts_own_token_count_even_across_a_merge(small_tok):
+    """open-unlearning's preprocess_chat_instance without a chat template (phi-1_5's "Answer: " ends in a space):
+    the joint ids, the prompt's own count masked, so a space merged into the first answer word is masked with it;
+    generation starts from the prompt's own ids."""
+    tok = chat.set_format(copy.deepcopy(small_tok), prompt_template="Question: {question}\nAnswer: ")
+    prompt = f"Question: {Q}\nAnswer: "
+    joint = tok(prompt + A, add_special_tokens=True)["input_ids"]
+    own = tok(prompt, add_special_tokens=True)["input_ids"]
+    assert joint[: len(own)] != own  # " " + "Ann" merged: the prompt alone ends in a lone space token
+    enc = encode_qa(tok, Q, A, 256)
+    assert enc.input_ids == joint + [tok.eos_token_id]
+    assert enc.labels == [-100] * len(own) + joint[len(own):] + [tok.eos_token_id]
+    assert prompt_ids(tok, Q) == own
 
 
 def test_a_raw_prompt_template_encodes_as_closer_look_does(llama3_tok):

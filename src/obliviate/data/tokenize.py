@@ -1,8 +1,13 @@
 """Prompt formatting, tokenisation with prompt masking, truncation and collation.
 
-Template: the tokenizer's chat template when it has one (called with the prompt format it carries:
-system turn, template arguments, a fixed date; obliviate.modeling.chat), else `Question: {q}\\nAnswer:`
-followed by ` {a}` and EOS. Prompt and answer are tokenised separately so the label mask is exact.
+Template: a raw prompt template when the tokenizer's format sets one (`model.chat.prompt_template`, e.g.
+`[INST] {q} [/INST]`): prompt + answer tokenised together with the tokenizer's own special tokens (BOS for
+Llama), EOS appended, and as many leading tokens masked as the prompt alone tokenises to, as closer-look's and
+open-unlearning's data code do; where a token merges across the boundary, the first answer token counts as
+prompt there too, and generation starts from the prompt's own tokens (`_raw_encoding`). Else the tokenizer's
+chat template when it has one (called with the prompt format it carries: system turn, template arguments, a
+fixed date; obliviate.modeling.chat), else `Question: {q}\\nAnswer:` followed by ` {a}` and EOS; there prompt
+and answer are tokenised separately so the label mask is exact.
 Truncation policy (max_length tokens): the prompt is kept whole and the answer is cut at its right
 end (EOS included in what may be cut); if the prompt alone leaves no room for one answer token,
 the prompt is cut from the left (its end, next to the answer, is kept).
@@ -44,6 +49,8 @@ def _prefix_ids(tokenizer: Any) -> list[int]:
 
 def prompt_ids(tokenizer: Any, question: str) -> list[int]:
     """Token ids of the prompt (what generation starts from)."""
+    if chat.raw_template(tokenizer) is not None:
+        return tokenizer(prompt_text(tokenizer, question), add_special_tokens=True)["input_ids"]
     return _prefix_ids(tokenizer) + tokenizer(prompt_text(tokenizer, question), add_special_tokens=False)["input_ids"]
 
 
@@ -51,7 +58,8 @@ def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
     """Token ids of the answer continuation, ending in EOS."""
     eos = tokenizer.eos_token_id
     if chat.raw_template(tokenizer) is not None:
-        return _joint_answer(tokenizer, prompt_text(tokenizer, question), answer) + ([eos] if eos is not None else [])
+        ids, n = _raw_encoding(tokenizer, question, answer)
+        return ids[n:]
     if has_chat_template(tokenizer):
         p = prompt_text(tokenizer, question)
         full = chat.render(tokenizer, chat.messages(tokenizer, [("user", question), ("assistant", answer)]),
@@ -63,15 +71,17 @@ def answer_ids(tokenizer: Any, question: str, answer: str) -> list[int]:
     return ids + ([eos] if eos is not None else [])
 
 
-def _joint_answer(tokenizer: Any, prompt: str, answer: str) -> list[int]:
-    """The answer's ids as prompt + answer tokenise together: the joint ids past the prompt's own count (TOFU's
-    and closer-look's `num_question_tokens` split). Where the joint ids do not start with the prompt's (a token
-    merged across the boundary, rare) the answer is tokenised alone, so the prompt keeps its own tokens."""
-    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    full = tokenizer(prompt + answer, add_special_tokens=False)["input_ids"]
-    if full[: len(p)] == p:
-        return full[len(p):]
-    return tokenizer(answer, add_special_tokens=False)["input_ids"]
+def _raw_encoding(tokenizer: Any, question: str, answer: str) -> tuple[list[int], int]:
+    """(ids, n) under a raw prompt template: prompt + answer tokenised together with the tokenizer's special tokens,
+    EOS appended unless it ends the ids, and n = the prompt's own token count, the positions masked. closer-look's
+    convert_raw_forget_data_to_model_format and open-unlearning's preprocess_chat_instance (no chat template)."""
+    prompt = prompt_text(tokenizer, question)
+    n = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    ids = tokenizer(prompt + answer, add_special_tokens=True)["input_ids"]
+    eos = tokenizer.eos_token_id
+    if eos is not None and (not ids or ids[-1] != eos):
+        ids = ids + [eos]
+    return ids, n
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,9 @@ def encode_qa(tokenizer: Any, question: str, answer: str, max_length: int) -> En
     """Tokenise one QA pair under the module's truncation policy."""
     if max_length < 2:
         raise ValueError(f"max_length must be at least 2, got {max_length}")
+    if chat.raw_template(tokenizer) is not None:
+        ids, n = _raw_encoding(tokenizer, question, answer)
+        return _fit(ids[:n], ids[n:], max_length)
     return _fit(prompt_ids(tokenizer, question), answer_ids(tokenizer, question, answer), max_length)
 
 
@@ -104,11 +117,13 @@ def encode_qa_many(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length:
     batched tokenizer call; the same ids as pair by pair."""
     if max_length < 2:
         raise ValueError(f"max_length must be at least 2, got {max_length}")
+    if chat.raw_template(tokenizer) is not None:  # the prompt's tokens may differ per answer (a boundary merge)
+        return [encode_qa(tokenizer, q, a, max_length) for q, a in pairs]
     prompts: dict[str, list[int]] = {}
     for q, _ in pairs:
         if q not in prompts:
             prompts[q] = prompt_ids(tokenizer, q)
-    if has_chat_template(tokenizer) or chat.raw_template(tokenizer) is not None or not pairs:
+    if has_chat_template(tokenizer) or not pairs:
         answers = [answer_ids(tokenizer, q, a) for q, a in pairs]
     else:
         eos = tokenizer.eos_token_id
