@@ -43,8 +43,8 @@ class ChatSettings:
                                       "a template that reads today's date always gets a fixed one (docs/METRICS.md §1.1)")
     prompt_template: str | None = setting(None, "a raw prompt for models fine-tuned without a chat template, with one "
                                           "{question} field, e.g. '[INST] {question} [/INST]' (TOFU's Llama-2 "
-                                          "models, closer-look, ASU): BOS, the prompt, then the answer directly and "
-                                          "EOS; replaces the tokenizer's chat template (not with system / "
+                                          "models, closer-look, ASU): the answer follows it directly, prompt + answer "
+                                          "tokenised together as those references do, EOS last; replaces the tokenizer's chat template (not with system / "
                                           "template_args); null: the chat template, else 'Question: ...\\nAnswer:'")
 
     def __post_init__(self) -> None:

@@ -9,7 +9,8 @@ saved model as `FILE`, so a model unlearned with a format is evaluated with it:
   template_args  keyword arguments for the template (e.g. Llama-3's `date_string`);
   prompt_template  a raw prompt with one `{question}` field (e.g. `[INST] {question} [/INST]`, the TOFU
                  Llama-2 models' format) for models fine-tuned without a chat template: it replaces the
-                 tokenizer's chat template, the answer follows it directly, BOS first (data/tokenize.py).
+                 tokenizer's chat template, the answer follows it directly, and prompt + answer are
+                 tokenised together as the references do (data/tokenize.py).
 A template that reads today's date (Llama-3's `strftime_now("%d %b %Y")` behind `date_string`) would
 write a different prompt every day; here it always gets a fixed date: `date_string` defaults to
 FIXED_DATE when the template mentions it, and any `strftime_now(fmt)` call returns that date in `fmt`.
