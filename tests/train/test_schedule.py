@@ -27,7 +27,10 @@ def test_warmup_epochs_count_one_epochs_steps_of_the_global_batch(rows: int, exp
 def test_a_warmup_that_outlasts_the_run_is_refused() -> None:
     with pytest.raises(ConfigError, match="train.warmup_epochs=1 gives 6 warm-up steps .* the run has 5 steps"):
         schedule(200, 8, TrainConfig(max_steps=5, batch_size=4, grad_accum=4, warmup_epochs=1))
+    with pytest.raises(ConfigError, match="gives 6 warm-up steps .* the run has 6 steps"):  # never leaves warm-up
+        schedule(200, 8, TrainConfig(max_steps=6, batch_size=4, grad_accum=4, warmup_epochs=1))
     assert schedule(200, 8, TrainConfig(max_steps=7, batch_size=4, grad_accum=4, warmup_epochs=1)) == Schedule(7, 6)
+    assert schedule(200, 8, TrainConfig(max_steps=1, batch_size=4, grad_accum=4, warmup_epochs=0)) == Schedule(1, 0)
     for overrides, match in [(["train.warmup_epochs=5", "train.epochs=5"], "below train.epochs"),
                              (["train.warmup_epochs=1", "train.warmup_ratio=0.1"], "train.warmup_ratio"),
                              (["train.warmup_epochs=-1"], ">= 0 or null")]:
