@@ -3,12 +3,14 @@
     python benchmarks/eval_vs_reference.py --reference PATH/TO/open-unlearning [--rounds 2] [--model DIR]
 
 Both evaluate the same model on TOFU forget01 (+ holdout01, retain, real authors, world facts) with the same
-generation length (200 new tokens) and prompt format ("Question: …\\nAnswer:", the reference's phi-1_5 template for
-a model without a chat template), forget quality from the same retain log, each with its own default batch size
-(the reference 32, obliviate `eval.batch_size=auto`: generation rows from the KV cache budget, answers scored by
-padded tokens). The model is a
-tiny random-init Llama (hidden 128, 2 layers, a 2,048-id BPE tokenizer trained on TOFU) unless --model names one:
-it never stops early, so every row generates all 200 tokens in both.
+generation length (200 new tokens) and the same tokens: the reference's phi-1_5 template for a model without a chat
+template ("Question: " + q + "\\n" + "Answer: ", then the answer; prompt + answer tokenised together, the prompt's
+own token count masked) is obliviate's `model.chat.prompt_template="Question: {question}\\nAnswer: "`, which
+encodes exactly so; forget quality from the same retain log; each with its own default batch size (the reference
+32, obliviate `eval.batch_size=auto`: generation rows from the KV cache budget, answers scored by padded tokens).
+The model is a tiny Llama (hidden 128, 2 layers, a 2,048-id BPE tokenizer trained on TOFU), fine-tuned by
+`obliviate finetune` on TOFU's full split for --finetune-steps steps (default 150) so that its answers share
+words with the gold ones and ROUGE and model utility are not all zero, unless --model names one.
 
 The reference runs in a virtualenv of its own with the versions it pins (transformers 4.45.1, datasets 3.0.1,
 accelerate 0.34.2, hydra-core 1.3, deepspeed 0.15.4, lm-eval 0.4.8, ...) and this environment's torch version (so
@@ -20,7 +22,9 @@ few minutes) and found afterwards; this environment is not touched. It has no ne
 A first, untimed reference run writes its TOFU_EVAL.json: the retain log both then use for forget quality
 (`retain_logs_path`, `eval.retain_reference`), and it fills the datasets cache. Then `--rounds` rounds, each timing
 both whole commands (the order alternates); printed: each run's wall time, the medians, their ratio (issue 22's
-target: obliviate <= 0.3x the reference) and a few metrics from both, which should agree closely.
+target: obliviate <= 0.3x the reference) and every aggregate metric of the reference's TOFU_EVAL.json beside
+obliviate's; the exit status is 1 when any differs by more than 1e-5 (absolute; the relative difference is printed
+too) or is missing on one side.
 """
 from __future__ import annotations
 
@@ -55,9 +59,18 @@ if _ROOT:
 
     datasets.load_dataset = load_dataset
 '''
-PAIRS = [("forget_Q_A_Prob", "forget_prob"), ("forget_truth_ratio", "forget_truth_ratio"),
-         ("extraction_strength", "forget_extraction_strength"), ("model_utility", "model_utility"),
-         ("forget_quality", "forget_quality")]
+# The reference's TOFU_EVAL.json metric -> obliviate's eval key (every aggregate both compute).
+PAIRS = [("forget_Q_A_Prob", "forget_prob"), ("forget_Q_A_ROUGE", "forget_rougeL_recall"),
+         ("forget_truth_ratio", "forget_truth_ratio"), ("extraction_strength", "forget_extraction_strength"),
+         ("forget_quality", "forget_quality"), ("privleak", "privleak"), ("mia_min_k", "mia_min_k_auc"),
+         ("retain_Q_A_Prob", "retain_prob"), ("retain_Q_A_ROUGE", "retain_rougeL_recall"),
+         ("retain_Truth_Ratio", "retain_truth_ratio"),
+         ("ra_Q_A_Prob_normalised", "real_authors_prob"), ("ra_Q_A_ROUGE", "real_authors_rougeL_recall"),
+         ("ra_Truth_Ratio", "real_authors_truth_ratio"),
+         ("wf_Q_A_Prob_normalised", "world_facts_prob"), ("wf_Q_A_ROUGE", "world_facts_rougeL_recall"),
+         ("wf_Truth_Ratio", "world_facts_truth_ratio"), ("model_utility", "model_utility")]
+TOLERANCE = 1e-5
+TEMPLATE = "Question: {question}\nAnswer: "  # the reference's configs/model/phi-1_5.yaml user/assistant tags
 
 
 def reference_venv(path: Path) -> Path:
@@ -75,8 +88,9 @@ def reference_venv(path: Path) -> Path:
     return python
 
 
-def tiny_model(directory: Path) -> Path:
-    """A random-init Llama (hidden 128, 2 layers) with a BPE tokenizer trained on TOFU's text."""
+def tiny_model(directory: Path, finetune_steps: int) -> Path:
+    """A Llama (hidden 128, 2 layers) with a BPE tokenizer trained on TOFU's text, fine-tuned on TOFU's full split
+    for `finetune_steps` steps (0: random weights) with the reference's prompt format."""
     from obliviate.data.rows import load_split
     from obliviate.modeling.load import save_model
     from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -84,8 +98,15 @@ def tiny_model(directory: Path) -> Path:
     rows = load_split("tofu", "full")
     tok = train_tokenizer([f"{r.question} {r.answer}" for r in rows], vocab_size=2048)
     model = tiny_llama(tok, hidden_size=128, num_layers=2, num_heads=4, max_position_embeddings=512, seed=0)
-    save_model(directory, model, tok)
-    return directory
+    save_model(directory / "random", model, tok)
+    if not finetune_steps:
+        return directory / "random"
+    subprocess.run([sys.executable, "-m", "obliviate.cli", "finetune", f"model.path={directory / 'random'}",
+                    "data.source=tofu", "data.splits=[full]", f"train.max_steps={finetune_steps}", "train.batch_size=16",
+                    "train.lr=3e-3", "train.progress=false", "data.max_length=256",
+                    f'model.chat.prompt_template="{TEMPLATE.encode("unicode_escape").decode()}"',
+                    f"output_dir={directory / 'finetuned'}", "overwrite=true"], check=True)
+    return directory / "finetuned"
 
 
 def reference_command(python: Path, repo: Path, model: Path, out: Path, retain_log: Path | None) -> list[str]:
@@ -100,7 +121,25 @@ def reference_command(python: Path, repo: Path, model: Path, out: Path, retain_l
 def obliviate_command(model: Path, out: Path, retain_log: Path) -> list[str]:
     return [sys.executable, "-m", "obliviate.cli", "eval", f"model.path={model}", "eval.source=tofu",
             "eval.forget_split=forget01_perturbed", "eval.holdout_split=holdout01", f"eval.retain_reference={retain_log}",
+            f'model.chat.prompt_template="{TEMPLATE.encode("unicode_escape").decode()}"',
             f"output_dir={out}", "overwrite=true"]
+
+
+def compare(reference: dict, ours: dict) -> list[str]:
+    """Lines of the metric table; the ones whose values differ by more than TOLERANCE (or exist on one side) end
+    in 'DIFFERS'."""
+    lines = []
+    for theirs, mine in PAIRS:
+        a = (reference.get(theirs) or {}).get("agg_value")
+        b = ours.get(mine)
+        if a is None or b is None:
+            bad, diff = a is not b, "n/a"
+        else:
+            bad = abs(a - b) > TOLERANCE
+            diff = f"{abs(a - b):.1e} (rel {abs(a - b) / max(abs(a), 1e-30):.1e})"
+        lines.append(f"  {theirs:24} {mine:28} reference {a!s:24} obliviate {b!s:24} |diff| {diff}"
+                     + ("  DIFFERS" if bad else ""))
+    return lines
 
 
 def timed(cmd: list[str], env: dict | None, cwd: Path | None, log: Path) -> float:
@@ -120,13 +159,16 @@ def main() -> int:
     ap.add_argument("--reference", required=True, type=Path, help="a checkout of locuslab/open-unlearning")
     ap.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "obliviate-open-unlearning-venv")
     ap.add_argument("--model", type=Path, default=None, help="a model directory (default: a tiny random-init Llama)")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds (>= 1; the first one's metrics are compared)")
+    ap.add_argument("--finetune-steps", type=int, default=150, help="fine-tuning of the tiny model (0: random weights)")
     ap.add_argument("--work", type=Path, default=None, help="where runs write (default: a temporary folder)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="obliviate-eval-vs-reference-"))
     work.mkdir(parents=True, exist_ok=True)
     python = reference_venv(args.venv)
-    model = args.model or tiny_model(work / "model")
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1: the first round's metrics are compared")
+    model = args.model or tiny_model(work / "model", args.finetune_steps)
     (work / "shim").mkdir(exist_ok=True)
     (work / "shim" / "sitecustomize.py").write_text(SHIM)
     ref_env = {**os.environ, "PYTHONPATH": str(work / "shim"), "OU_TOFU_DIR": str(TOFU), "HF_HUB_OFFLINE": "1",
@@ -149,11 +191,13 @@ def main() -> int:
     print(f"model: {model}; TOFU forget01, 200 new tokens, default batch sizes, whole process each, {args.rounds} rounds")
     print(f"median reference {ref:.1f} s, obliviate {own:.1f} s: obliviate / reference = {own / ref:.2f} "
           "(target <= 0.3)")
-    ref_metrics = json.loads((work / "reference-0" / "TOFU_SUMMARY.json").read_text())
+    ref_metrics = json.loads((work / "reference-0" / "TOFU_EVAL.json").read_text())
     own_metrics = json.loads((work / "obliviate-0" / "metrics.json").read_text())["eval"]
-    for theirs, ours in PAIRS:
-        print(f"  {theirs:22} reference {ref_metrics.get(theirs)!s:24} obliviate {ours} {own_metrics.get(ours)}")
-    return 0
+    lines = compare(ref_metrics, own_metrics)
+    print("\n".join(lines))
+    bad = [ln for ln in lines if ln.endswith("DIFFERS")]
+    print(f"every metric within {TOLERANCE:g}" if not bad else f"{len(bad)} metric(s) differ by more than {TOLERANCE:g}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -67,6 +67,36 @@ def test_reference_log_gives_the_same_forget_quality_as_the_retain_model(eval_cf
     np.testing.assert_array_equal(load_retain_reference(log, len(retain_tr)), retain_tr)
 
 
+def test_privleak_takes_its_reference_auc_from_the_log_as_open_unlearning_does(eval_cfg, model_dir, small_tok, small_world,
+                                                                              world_dir, tmp_path):
+    """open-unlearning's privleak (src/evals/metrics/privacy.py) reads the retain log's mia_min_k AUC and uses
+    1 - AUC: the same number as the retain model's own Min-K% AUC here, so privleak is the same number; without
+    mia_min_k in the log the default 0.5 applies, with its note."""
+    from obliviate.cli.runs import evaluate
+    from obliviate.eval.runner import forget_truth_ratios
+    from obliviate.modeling.load import load_pretrained
+    from obliviate.modeling.tiny import tiny_llama
+
+    cfg = dataclasses.replace(eval_cfg, memorization=True, holdout_split="holdout10")
+    unlearned = tiny_llama(small_tok, hidden_size=48, num_layers=2, num_heads=4, seed=7).eval()
+    with_model = evaluate(unlearned, small_tok, str(world_dir), cfg, 64)["eval"]
+    retain, rtok = load_pretrained(str(model_dir))
+    retain_tr = forget_truth_ratios(retain, rtok, small_world.splits[FORGET], cfg, 64)
+    auc = with_model["privleak_auc_retrain"]
+    assert auc is not None and auc != 0.5
+    log = tmp_path / "TOFU_EVAL.json"
+    log.write_text(json.dumps(open_unlearning_log(retain_tr, mia_min_k={"agg_value": 1 - auc})))
+    with_log = evaluate(unlearned, small_tok, str(world_dir), dataclasses.replace(cfg, retain_model=None,
+                                                                     retain_reference=str(log)), 64)["eval"]
+    assert with_log["privleak_auc_retrain"] == pytest.approx(auc, abs=1e-15)
+    assert with_log["privleak"] == pytest.approx(with_model["privleak"], abs=1e-9)
+    log.write_text(json.dumps(open_unlearning_log(retain_tr)))
+    without = evaluate(unlearned, small_tok, str(world_dir), dataclasses.replace(cfg, retain_model=None,
+                                                                    retain_reference=str(log)), 64)["eval"]
+    assert without["privleak_auc_retrain"] is None and any("AUC_retrain = 0.5" in n for n in without["notes"])
+    assert without["privleak"] == pytest.approx((without["privleak_auc"] - 0.5) / 0.5 * 100, abs=1e-9)
+
+
 GOOD = open_unlearning_log([0.5, 1.5, 0.25])
 BAD_FORMATS = [
     ("not-json", "{'forget_truth_ratio': oops", "not JSON"),

@@ -307,7 +307,9 @@ class EvalConfig:
     retain_model: str | None = setting(None, "model trained without the forget set (for forget_quality)")
     retain_reference: str | None = setting(None, "open-unlearning's evaluation log of a retain model (its "
                                            "TOFU_EVAL.json): forget_quality from the per-row forget truth ratios "
-                                           "it holds, without the retain model (not with eval.retain_model)")
+                                           "it holds and privleak's reference AUC from its mia_min_k, as that "
+                                           "framework reads them, without the retain model (not with "
+                                           "eval.retain_model)")
     max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
     batch_size: int | str = setting("auto", "evaluation batch size: auto (generation: as many rows as the KV cache "
                                     "budget holds, at most 512, finished rows leaving the batch; scoring: 4,096 "

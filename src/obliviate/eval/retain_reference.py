@@ -93,6 +93,22 @@ def load_retain_reference(path: str | Path, n_forget: int) -> np.ndarray:
     return np.array([s for _, s in sorted(rows)], dtype=np.float64)
 
 
+MIA_KEY = "mia_min_k"  # configs/eval/tofu_metrics/mia_min_k.yaml: the AUC its privleak reads from a retain log
+
+
+def retain_reference_privleak_auc(path: str | Path) -> float | None:
+    """PrivLeak's reference AUC from open-unlearning's evaluation log of a retain model: 1 - its `mia_min_k`
+    agg_value (its privleak handler, src/evals/metrics/privacy.py, reads that entry of the retain log and takes
+    1 - AUC, MUSE's direction), or None when the log has no such number (then 0.5 applies, with a note)."""
+    p = Path(path)
+    stat = p.stat()
+    entry = _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size).get(MIA_KEY)
+    value = entry.get("agg_value") if isinstance(entry, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        return None
+    return 1.0 - float(value)
+
+
 def retain_reference_truth_ratios(cfg: Any, splits: dict[str, list]) -> np.ndarray:
     """The forget truth ratios eval.retain_reference gives for the loaded evaluation `splits` (pre-flight and
     evaluation both call it): the forget split must be there and give truth ratios of its own."""

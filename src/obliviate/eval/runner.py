@@ -121,7 +121,14 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
     items, n = forget + holdout, len(forget)
     ts = token_scores(model, tokenizer, items, **kw)
     ref = token_scores(retain_model, tokenizer, items, moments=False, **kw) if retain_model is not None else None
-    mem = memorization_from_scores(ts, n, retrain_ts=ref, token_rule=cfg.token_rule)
+    auc_retrain = None
+    if ref is None and cfg.retain_reference:  # the retain model's log holds its Min-K% AUC, as for forget quality
+        from obliviate.eval.retain_reference import retain_reference_privleak_auc
+
+        auc_retrain = retain_reference_privleak_auc(cfg.retain_reference)
+        if auc_retrain is not None:
+            notes.append(f"privleak's AUC_retrain = 1 - mia_min_k of {cfg.retain_reference} = {auc_retrain:.6g}")
+    mem = memorization_from_scores(ts, n, retrain_ts=ref, auc_retrain=auc_retrain, token_rule=cfg.token_rule)
     mia = mia_from_scores(attack_scores(ts, reference_loss=None if ref is None else ref.avg_loss), n)
     notes.extend(mem.pop("notes") + mia.pop("notes"))
     return {**mem, **mia}
