@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from obliviate.published import OPEN_UNLEARNING_TOFU_1B
+
 OU = "locuslab/open-unlearning"
 CL = "sail-sg/closer-look-LLM-unlearning"
 SAGO = "sustech-nlp/SAGO"
@@ -306,22 +308,8 @@ def wmdp_names() -> list[tuple[str, str, str]]:
 
 # ----------------------------------------------------------------------------- TOFU on a GPU, as published
 
-# locuslab/open-unlearning docs/results.md (commit 8f9872c), "TOFU unlearning on the Llama-3.2-1B-Instruct
-# architecture": (forget_quality, model_utility, forget_truth_ratio) per forget split; lr 1e-5, 10 epochs,
-# paged AdamW 32-bit, 2 x L40s with DeepSpeed ZeRO-3.
-PUBLISHED_1B = {
-    "finetuned": {"01": ("0.01", "0.60", "0.47"), "05": ("2.96e-13", "0.6", "0.47"), "10": ("8.08e-22", "0.6", "0.48")},
-    "retain": {"01": ("1.0", "0.60", "0.65"), "05": ("1.0", "0.6", "0.63"), "10": ("1.0", "0.59", "0.63")},
-    "grad_ascent": {"01": ("0.27", "0.33", "0.59"), "05": ("1.94e-119", "0", "2.52e-23"),
-                    "10": ("1.06e-239", "0", "2.25e-18")},
-    "graddiff": {"01": ("0.77", "0.43", "0.57"), "05": ("1.94e-119", "0.53", "3.87e-34"),
-                 "10": ("1.06e-239", "0.49", "3.53e-27")},
-    "idk_dpo": {"01": ("0.01", "0.51", "0.60"), "05": ("1.12e-05", "0.07", "0.62"), "10": ("4.64e-12", "0.23", "0.6")},
-    "npo": {"01": ("0.92", "0.56", "0.66"), "05": ("0.14", "0.45", "0.7"), "10": ("0.02", "0.46", "0.7")},
-    "simnpo": {"01": ("0.58", "0.46", "0.55"), "05": ("5.01e-100", "0.58", "4.19e-03"),
-               "10": ("2.47e-203", "0.54", "1.07e-05")},
-    "rmu": {"01": ("6.76e-03", "0.60", "0.47"), "05": ("2.89e-11", "0.6", "0.47"), "10": ("0.32", "0.59", "0.64")},
-}
+# open-unlearning's published figures live in the package (obliviate reproduce reads them too).
+PUBLISHED_1B = OPEN_UNLEARNING_TOFU_1B
 GPU_METHODS = ("grad_ascent", "graddiff", "idk_dpo", "npo", "simnpo", "rmu", "asu_kl", "asu_gd")
 HUB_1B = "open-unlearning/tofu_Llama-3.2-1B-Instruct"
 
@@ -435,12 +423,17 @@ def cpu_twin(header: str, cfg: dict, family: str, name: str) -> tuple[str, dict]
                      "retain_model": "runs/tofu-retain99-tiny" if cfg["data"]["retain_split"] == "retain99" else None},
             "output_dir": f"runs/twin-{family}-{name}"}
     twin["model"].pop("tokenizer", None)
+    rmu = twin["method"]["forget"] == "rmu"
+    if rmu:  # the tiny target has 4 layers: RMU at layer 2, as configs/tofu/rmu.yaml
+        twin["method"] = {**twin["method"], "forget_args": {**twin["method"]["forget_args"], "layer": 2},
+                          "retain_args": {**twin["method"]["retain_args"], "layer": 2}}
     first = header.splitlines()[0][2:]
     source = next(ln[2:] for ln in header.splitlines() if ln.startswith("# Source: "))
     lines = [f"CPU twin of configs/gpu/{family}/{name}.yaml: {first}", source,
              "Same method, schedule, splits and prompt; the model is the tiny TOFU target (build it first: obliviate "
              "finetune --config configs/tofu/finetune_target_tiny.yaml, and the retain model with "
-             "finetune_retain99_tiny.yaml), float32, torch AdamW, evaluated by the TOFU protocol.",
+             "finetune_retain99_tiny.yaml), float32, torch AdamW, evaluated by the TOFU protocol"
+             + ("; RMU at layer 2 of its 4." if rmu else "."),
              f"Run from the repository root: obliviate unlearn --config configs/twins/{family}/{name}.yaml"]
     return _header(lines), twin
 
@@ -481,8 +474,11 @@ def main(root: Path | None = None) -> int:
         count += 1
     for name in GPU_METHODS:
         for split in ("01", "05", "10"):
-            write(root / "gpu" / "tofu_llama32_1b" / f"{name}_forget{split}.yaml", *gpu_tofu_preset(name, split))
-            count += 1
+            header, cfg = gpu_tofu_preset(name, split)
+            write(root / "gpu" / "tofu_llama32_1b" / f"{name}_forget{split}.yaml", header, cfg)
+            write(root / "twins" / "tofu_llama32_1b" / f"{name}_forget{split}.yaml",
+                  *cpu_twin(header, cfg, "tofu_llama32_1b", f"{name}_forget{split}"))
+            count += 2
     for name in ASU_TOFU:
         for split in TOFU_ROWS:
             header, cfg = asu_tofu_preset(name, split)

@@ -12,7 +12,7 @@ from obliviate.config import RunConfig, load_config
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 GENERATED = ("tofu", "synthetic", "muse", "wmdp", "gpu/tofu_llama32_1b", "gpu/asu_tofu_llama2_7b",
-             "twins/asu_tofu_llama2_7b")
+             "twins/asu_tofu_llama2_7b", "twins/tofu_llama32_1b")
 
 
 def _command(path: Path) -> str:

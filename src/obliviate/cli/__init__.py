@@ -13,14 +13,28 @@ import sys
 from types import ModuleType
 from typing import NoReturn, Sequence
 
-from obliviate.cli import audit, calibrate, compare, demo, finetune, ls, push, report, sweep, unlearn, validate, verify
+from obliviate.cli import (
+    audit,
+    calibrate,
+    compare,
+    demo,
+    finetune,
+    ls,
+    push,
+    report,
+    reproduce,
+    sweep,
+    unlearn,
+    validate,
+    verify,
+)
 from obliviate.cli import eval as eval_command
 from obliviate.errors import ObliviateError
 
 COMMANDS: dict[str, ModuleType] = {  # the one dispatch table, in the order of `obliviate --help`
     "demo": demo, "finetune": finetune, "unlearn": unlearn, "eval": eval_command, "calibrate": calibrate,
     "sweep": sweep, "validate": validate, "ls": ls, "compare": compare, "report": report, "audit": audit,
-    "verify": verify, "push": push,
+    "verify": verify, "push": push, "reproduce": reproduce,
 }
 
 
