@@ -411,6 +411,30 @@ def asu_tofu_preset(name: str, split: str) -> tuple[str, dict]:
     return _header(lines), cfg
 
 
+def asu_continual_preset(name: str) -> tuple[str, dict]:
+    """(header, config) of the ASU authors' continual TOFU run `name` (asu_gd | asu_kl): forget10 as ten forget01
+    requests in order, each from the previous result, with its own 6-step schedule."""
+    header, cfg = asu_tofu_preset(name, "01")
+    cfg["data"] = {**cfg["data"], "forget_split": "forget10", "retain_split": "retain90"}
+    cfg["continual"] = {"requests": 10}
+    cfg["eval"] = {**cfg["eval"], "forget_split": "forget10_perturbed", "holdout_split": "holdout10",
+                   "retain_model": "open-unlearning/tofu_Llama-2-7b-chat-hf_retain90"}
+    cfg["output_dir"] = f"runs/gpu-asu-tofu-llama2-{name}-continual"
+    lines = [ln[2:] for ln in header.splitlines()]
+    lines[0] = lines[0].rstrip(".") + ", continual: forget10 as ten forget01 requests (tasks 1-10), in order."
+    lines[1] = (f"Source: {RTBF}/scripts/continual_tofu/asu.sh:9-36 (task_list 1..10 of forget01, tau 2.3, layers_id "
+                "null, forget_coeff 0.1, regularization_coeff 1.0, lr 1e-5, 5 epochs a task); fix_ref_model is left "
+                "unset there, so each task's teacher and KL reference are the previous task's model (forget.py:170-172),"
+                " which is obliviate's continual rule (docs/METHODS.md §1.5).")
+    lines[2] = (f"Schedule: {RTBF}/forget.py:121-126 per task: 5 x 40 rows // 32 = 6 steps, no warm-up (one step an "
+                "epoch); effective batch 32; weight decay 0.01; linear; paged AdamW 32-bit.")
+    lines.insert(6, "Also different: the retain set is retain90 for every request (theirs: retain90 plus the forget01 "
+                    "tasks not yet unlearned, forget.py:41-48), so no request trains on a later request's rows.")
+    lines[-2] = f"CPU twin: configs/twins/asu_tofu_llama2_7b/{name}_continual_forget01.yaml (same recipe, the tiny TOFU target)."
+    lines[-1] = f"Run from the repository root: obliviate unlearn --config configs/gpu/asu_tofu_llama2_7b/{name}_continual_forget01.yaml"
+    return _header(lines), cfg
+
+
 def cpu_twin(header: str, cfg: dict, family: str, name: str) -> tuple[str, dict]:
     """The CPU-sized twin of a GPU preset: the same recipe (method, schedule, data splits, prompt) on the tiny TOFU
     target of configs/tofu/finetune_target_tiny.yaml and the TOFU copy shipped with obliviate, in float32 with
@@ -488,7 +512,11 @@ def main(root: Path | None = None) -> int:
             count += 2
     for name in ("asu_gd", "asu_kl"):
         write(root / "muse" / f"{name}_books.yaml", *muse_books_asu(name))
-        count += 1
+        header, cfg = asu_continual_preset(name)
+        stem = f"{name}_continual_forget01"
+        write(root / "gpu" / "asu_tofu_llama2_7b" / f"{stem}.yaml", header, cfg)
+        write(root / "twins" / "asu_tofu_llama2_7b" / f"{stem}.yaml", *cpu_twin(header, cfg, "asu_tofu_llama2_7b", stem))
+        count += 3
     return count
 
 

@@ -48,7 +48,8 @@ ASU_PRESETS = sorted((CONFIGS / "gpu" / "asu_tofu_llama2_7b").glob("*.yaml"))
 
 def test_every_asu_tofu_recipe_has_a_gpu_preset_and_a_twin() -> None:
     names = {p.name for p in ASU_PRESETS}
-    assert names == {f"{m}_forget{s}.yaml" for m in ("asu_gd", "asu_kl", "asu_kl_released") for s in TOFU_ROWS}
+    assert names == {f"{m}_forget{s}.yaml" for m in ("asu_gd", "asu_kl", "asu_kl_released") for s in TOFU_ROWS} | {
+        "asu_gd_continual_forget01.yaml", "asu_kl_continual_forget01.yaml"}  # scripts/continual_tofu/asu.sh
     assert names == {p.name for p in (CONFIGS / "twins" / "asu_tofu_llama2_7b").glob("*.yaml")}
 
 
@@ -65,10 +66,15 @@ def test_asu_tofu_presets_hold_the_authors_values(path: Path) -> None:
         assert got[key] == value, f"{path.name}: {key} = {got[key]!r}, the authors' {where} says {value!r}"
     sch = schedule(TOFU_ROWS[split], t.batch_size, t)  # one GPU: batch_size x grad_accum = the global 32
     assert (sch.steps, sch.warmup) == authors_schedule(TOFU_ROWS[split]), path.name
-    assert m.forget == "asu" and cfg.data.forget_split == f"forget{split}"
-    assert cfg.data.retain_split == f"retain{100 - int(split):02d}"  # the other authors: their task-1 retain pool
+    continual = "_continual" in path.stem
+    if continual:  # scripts/continual_tofu/asu.sh:9,38: forget01 tasks 1..10 in order = forget10 in ten requests
+        assert (cfg.data.forget_split, cfg.data.retain_split, cfg.continual.requests) == ("forget10", "retain90", 10)
+    else:
+        assert cfg.data.forget_split == f"forget{split}"
+        assert cfg.data.retain_split == f"retain{100 - int(split):02d}"  # the other authors: their task-1 retain pool
+    assert m.forget == "asu"
     assert cfg.model.dtype == "float32" and t.precision == "bf16"  # fp32 master weights, bf16 compute
-    kind = path.stem.rsplit("_forget", 1)[0]
+    kind = path.stem.rsplit("_forget", 1)[0].replace("_continual", "")
     assert m.retain == {"asu_gd": "nll", "asu_kl": "kl", "asu_kl_released": "kl"}[kind]
     # the released TOFU term: trainer/losses.py:197 (the second kl_loss) over every position of rows padded to 500
     assert m.retain_args.get("positions", "answer") == ("max_length" if kind == "asu_kl_released" else "answer")
@@ -138,6 +144,18 @@ def test_the_cpu_twins_run_their_recipe(name: str, model_dir: Path, tmp_path: Pa
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["history"]) == 2 and metrics["eval"]["forget_quality"] is not None
     assert json.loads((out / "chat_format.json").read_text())["prompt_template"] == "[INST] {question} [/INST]"
+
+
+def test_the_continual_twin_runs_its_requests_in_order(model_dir: Path, tmp_path: Path) -> None:
+    """The continual recipe's twin, cut to two requests of one step each: each request starts from the last."""
+    from obliviate.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["unlearn", "--config", str(CONFIGS / "twins" / "asu_tofu_llama2_7b" / "asu_gd_continual_forget01.yaml"),
+               f"model.path={model_dir}", "continual.requests=2", "continual.max_new_tokens=4", "train.max_steps=1",
+               "train.grad_accum=1", "train.batch_size=2", "train.progress=false", "eval.enabled=false",
+               f"output_dir={out}"])
+    assert rc == 0 and "| 2 |" in (out / "continual.md").read_text()
 
 
 def test_a_twin_whose_warmup_outlasts_a_shortened_run_is_refused(model_dir: Path, tmp_path: Path, capsys) -> None:
