@@ -59,6 +59,6 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           tuple(f"{m}_forget{s}" for m in ("asu_gd", "asu_kl", "asu_kl_released") for s in SPLITS),
           TOFU_METRICS + ("forget_rougeL_recall",),
           "the ASU paper (arXiv 2603.01285) and Salehzz/ASU-unlearning",
-          note="the paper reports closer-look's FE/MU for these runs; its figures are not transcribed here, so this "
+          note="The paper reports closer-look's FE/MU for these runs; its figures are not transcribed here, so this "
                "table has our numbers only"),
 )}

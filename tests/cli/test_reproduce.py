@@ -56,7 +56,10 @@ def test_a_table_runs_its_twins_writes_the_comparison_and_resumes(repo: Path, ca
     assert data["published"]["npo_forget01"]["model_utility"] == 0.56
     md = (out / "reproduce.md").read_text()
     ours = npo["metrics"]["model_utility"]
-    assert "| npo_forget01 | ran | 0.92 \\| " in md and "published | ours | Δ" in md
+    assert "| npo_forget01 | ran | 0.92 \\| " in md and "| forget_quality: published \\| ours \\| Δ |" in md
+    lines = md.splitlines()
+    header, rule = lines[lines.index(next(ln for ln in lines if ln.startswith("| row |"))):][:2]  # cells agree
+    assert header.replace("\\|", "").count("|") == rule.count("|") == 6
     assert not list((out / "npo_forget01").glob("*.safetensors")) and (out / "npo_forget01" / "metrics.json").is_file()
     assert main(args) == 0  # resumes: both rows are read, none runs again
     again = capsys.readouterr().out

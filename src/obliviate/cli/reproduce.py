@@ -142,7 +142,7 @@ def table_markdown(table: Table, results: dict[str, dict[str, Any]], twins: bool
             "Ours: `obliviate reproduce " + table.name + (" --twins" if twins else "") + "`"
             + (": the CPU twins run the same recipes on a tiny model, so their numbers are not comparable with the "
                "published ones; they show the pipeline end to end." if twins else "."), ""]
-    cols = [f"{m}: published | ours | Δ" for m in table.metrics]
+    cols = [f"{m}: published \\| ours \\| Δ" for m in table.metrics]
     lines = ["| row | status | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for row, res in results.items():
         pub = table.published.get(row, {})
