@@ -1,4 +1,4 @@
-"""Write the method presets in configs/{tofu,synthetic,muse,wmdp,gpu}/ (complete YAMLs, no includes).
+"""Write the method presets in configs/{tofu,synthetic,muse,wmdp,rwku,gpu,twins}/ (complete YAMLs, no includes).
 
 Run from the repository root after changing a preset here: python scripts/make_presets.py
 Every preset's header names the reference (repository + file) its values come from. Hyper-parameters of a
@@ -245,6 +245,9 @@ WMDP_DATA_NOTE = {
 }
 
 
+RULE_LABEL = {"sum": "the plain sum", "pcgrad": "module-wise PCGrad", "sago": "SAGO", "pcgrad_global": "global PCGrad"}
+
+
 def _memory(method: str, rule: str) -> str:
     """A rough GPU-memory estimate for Zephyr-7B in bf16 (7.2B parameters, ~14.5 GB per full copy); not measured."""
     if method == "rmu":
@@ -282,8 +285,7 @@ def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
            "data": {**WMDP_DATA[corpus], "max_length": 512, "format": "text", "windows": "stream"},
            "method": m, "train": train, "eval": {"enabled": False}, "output_dir": f"runs/wmdp-{name}"}
     label = {"rmu": "RMU", "npo": "NPO+GD", "simnpo": "SimNPO+GD", "graddiff": "GradDiff"}[method]
-    rule_label = {"sum": "the plain sum", "pcgrad": "module-wise PCGrad", "sago": "SAGO",
-                  "pcgrad_global": "global PCGrad"}[rule]
+    rule_label = RULE_LABEL[rule]
     header = _header([
         f"{label} with {rule_label} on WMDP-{corpus} (Zephyr-7B-beta; SAGO's headline setting).",
         f"Source: {src}.",
@@ -304,6 +306,72 @@ def wmdp_preset(method: str, rule: str, corpus: str) -> tuple[str, dict]:
 def wmdp_names() -> list[tuple[str, str, str]]:
     base = [(m, r, c) for m in ("rmu", "npo", "simnpo") for r in ("sum", "pcgrad", "sago") for c in ("bio", "cyber")]
     return base + [("graddiff", r, c) for r, c in WMDP_GD]
+
+
+# ----------------------------------------------------------------------------- RWKU training (SAGO's Batch50 runs)
+
+RWKU_DIR = f"{SAGO_AT} configs/experiment/unlearn/rwku"
+# name -> forget, forget_args, retain, alpha (retain), gamma (forget), rule, lr, SAGO's file (its values: lines 37-47, or
+# 8-16 of the PCGrad_NPO / PCGrad_SimNPO files that inherit Batch50_SAGO_NPO / Batch50_SAGO_SimNPO).
+RWKU = {
+    "ga": ("ga", {}, None, 1.0, 1.0, "sum", 7e-7, "Batch50_GradAscent.yaml"),
+    "npo_forget": ("npo", {"beta": 0.001}, None, 1.0, 1.0, "sum", 3e-6, "Batch50_NPOForget.yaml"),
+    "simnpo_forget": ("simnpo", {"beta": 0.5, "delta": 0.1}, None, 1.0, 1.0, "sum", 3e-6, "Batch50_SimNPOForget.yaml"),
+    "graddiff_sum": ("ga", {}, "nll", 1.0, 1.0, "sum", 8e-7, "Batch50_GradDiff.yaml"),
+    "npo_sum": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "sum", 3e-6, "Batch50_NPO.yaml"),
+    "simnpo_sum": ("simnpo", {"beta": 0.5, "delta": 0.1}, "nll", 1.0, 1.0, "sum", 8e-6, "Batch50_SimNPO.yaml"),
+    "graddiff_pcgrad": ("ga", {}, "nll", 1.0, 1.0, "pcgrad", 3e-6, "Batch50_PCGrad.yaml"),
+    "graddiff_pcgrad_global": ("ga", {}, "nll", 1.0, 1.0, "pcgrad_global", 4e-6, "Batch50_PCGrad_global.yaml"),
+    "npo_pcgrad": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "pcgrad", 8e-6, "Batch50_PCGrad_NPO.yaml"),
+    "simnpo_pcgrad": ("simnpo", {"beta": 0.5, "delta": 0.1}, "nll", 0.5, 1.0, "pcgrad", 8e-6,
+                      "Batch50_PCGrad_SimNPO.yaml"),
+    "graddiff_sago": ("ga", {}, "nll", 1.0, 1.0, "sago", 1e-5, "Batch50_SAGO.yaml"),
+    "npo_sago": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "sago", 1e-5, "Batch50_SAGO_NPO.yaml"),
+    "simnpo_sago": ("simnpo", {"beta": 0.1, "delta": 0.1}, "nll", 0.1, 1.0, "sago", 1e-5, "Batch50_SAGO_SimNPO.yaml"),
+}
+RWKU_LABEL = {"ga": "GA", "npo": "NPO", "simnpo": "SimNPO"}
+
+
+def rwku_preset(name: str) -> tuple[str, dict]:
+    """(header, config) of SAGO's RWKU Batch50 run `name` on Llama-3-8B-Instruct (4 processes, FSDP)."""
+    forget, args, retain, alpha, gamma, rule, lr, file = RWKU[name]
+    m: dict = {"forget": forget, "forget_args": dict(args), "retain": retain, "alpha": alpha, "gamma": gamma}
+    if rule != "sum":
+        m["combine"] = {"rule": rule}
+    cfg = {"model": {"path": "meta-llama/Meta-Llama-3-8B-Instruct", "dtype": "float32"},
+           "data": {"source": "data/rwku/Batch/1-50", "forget_split": "passage", "retain_split": "retain_passage",
+                    "max_length": 512, "format": "text", "windows": "stream"},
+           "method": m,
+           "train": {"epochs": 2, "batch_size": 4, "grad_accum": 2, "lr": lr, "scheduler": "linear",
+                     "warmup_ratio": 0.1, "weight_decay": 0.0, "max_grad_norm": None, "precision": "bf16",
+                     "fsdp": True, "gradient_checkpointing": True},
+           "eval": {"enabled": False}, "output_dir": f"runs/rwku-{name}"}
+    label = ("GradDiff" if forget == "ga" else RWKU_LABEL[forget] + "+GD") if retain else RWKU_LABEL[forget]
+    what = f"{label} with {RULE_LABEL[rule]}" if retain else f"{label} alone (no retain term)"
+    header = _header([
+        f"{what} on RWKU's first 50 targets (Llama-3-8B-Instruct; SAGO's RWKU batch setting).",
+        f"Source: {RWKU_DIR}/{file} (lr {lr:g}, 2 epochs, warmup_ratio 0.1"
+        + (f", alpha {alpha:g}, gamma {gamma:g}" if retain else "") + "".join(f", {k} {v:g}" for k, v in args.items()) + ").",
+        f"Launch: global batch 32 = 4 per GPU x 2 accumulation x 4 processes ({SAGO_AT} scripts/rwku_unlearn.sh:17-19, "
+        "rwku_baselines.sh:17-19); weight_decay 0 (configs/trainer/finetune.yaml:19); 512-token windows cut as "
+        "src/data/pretraining.py does (data.windows stream).",
+        "Precision: fp32 master weights, bf16 compute, sharded over the 4 processes (theirs: DeepSpeed ZeRO-3 with bf16, "
+        "which keeps fp32 partitions); gradient checkpointing as the scripts set it. No clipping: their ZeRO-3 JSON has "
+        "no gradient_clipping key (inferred from the libraries, not run).",
+        "Data: run `obliviate prepare rwku --targets 50` first: data/rwku/Batch/1-50/passage.json = the original "
+        "passages of RWKU's first 50 targets, retain_passage.json = those of the last 50 (setup_data.py:91-179).",
+        "Differences, on purpose: torch AdamW on the shards (theirs: bitsandbytes paged AdamW 32-bit, the same update; "
+        "bitsandbytes cannot take FSDP's shards); PCGrad projects per whole parameter tensor, across shards (under "
+        "their ZeRO-3 it ran per local shard, and pcgrad_global per rank); the warm-up is int(0.1 x steps) (HF: ceil); "
+        "each forget window meets a retain window drawn by the run's seed.",
+        "Memory (estimate, not measured): 8.0B fp32 weights + gradients + AdamW = 128 GB"
+        + (" + the frozen reference copy 32 GB" if forget == "npo" else "") + ", sharded: about "
+        + f"{round((128 + 32 * (forget == 'npo')) / 4 + 8):d} GB per GPU with activations.",
+        f"Run from the repository root: torchrun --nproc_per_node 4 $(which obliviate) unlearn --config configs/rwku/{name}.yaml",
+        f"Then: obliviate eval --benchmark rwku --model runs/rwku-{name} --data data/rwku/Batch/1-50 "
+        f"--out runs/rwku-{name}-eval model.dtype=bfloat16",
+    ])
+    return header, cfg
 
 
 # ----------------------------------------------------------------------------- TOFU on a GPU, as published
@@ -495,6 +563,9 @@ def main(root: Path | None = None) -> int:
                 count += 1
     for key in wmdp_names():
         write(root / "wmdp" / f"{'_'.join(key)}.yaml", *wmdp_preset(*key))
+        count += 1
+    for name in RWKU:
+        write(root / "rwku" / f"{name}.yaml", *rwku_preset(name))
         count += 1
     for name in GPU_METHODS:
         for split in ("01", "05", "10"):

@@ -42,6 +42,25 @@ def real_model_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def rwku_source(tmp_path_factory) -> Path:
+    """A folder in the layout of the hub's RWKU configs, 100 made-up targets (Person 0 .. Person 99): forget_target.json,
+    train_original_passage.json (two passages each) and the five probe levels (one probe each)."""
+    root = tmp_path_factory.mktemp("rwku-source")
+    names = [f"Person {i}" for i in range(100)]
+
+    def dump(name: str, records: list) -> None:
+        (root / f"{name}.json").write_text(json.dumps(records), encoding="utf-8")
+
+    dump("forget_target", [{"target": n, "intro": f"{n} is a made-up person."} for n in names])
+    dump("train_original_passage", [{"subject": n, "text": f"{n} was born in town {i}. Part {k}."}
+                                    for i, n in enumerate(names) for k in range(2)])
+    for level in ("forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2"):
+        dump(level, [{"query": f"Where was {n} born?", "answer": f"town {i}", "subject": n, "level": level[-1]}
+                     for i, n in enumerate(names)])
+    return root
+
+
+@pytest.fixture(scope="session")
 def small_world():
     """A 10-author synthetic world (forget10 = 1 author)."""
     from obliviate.data.synthetic import make_world

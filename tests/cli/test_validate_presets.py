@@ -1,7 +1,8 @@
 """Every config under configs/ passes `obliviate validate --offline`: no hub access (hub models, tokenizers and data
 sets are named and every check that needs them is listed as skipped), everything else checked, from a folder laid
 out as a user's would be after the presets' own first steps: the tiny TOFU target and retain model in runs/, the
-demo's world and models in obliviate-demo/, WMDP's bio corpora at data/wmdp/wmdp-corpora."""
+demo's world and models in obliviate-demo/, WMDP's bio corpora at data/wmdp/wmdp-corpora, RWKU's batch at
+data/rwku/Batch/1-50 (written by `obliviate prepare rwku`)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, small_tok) -> Path:
+def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
     """A user's folder: runs/tofu-{target,retain99}-tiny (4 layers, as the tiny TOFU target), the demo's world and
     models, two small WMDP bio corpora, and configs/ (sweeps name their base config by a relative path)."""
     from obliviate.data.synthetic import make_world, write_world
@@ -35,6 +36,7 @@ def workdir(tmp_path_factory, small_tok) -> Path:
     for side in ("forget", "retain"):
         lines = [json.dumps({"text": f"A {side} document number {i} about proteins."}) for i in range(4)]
         (corpora / f"bio-{side}-corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["prepare", "rwku", "--source", str(rwku_source), "--out", str(root / "data/rwku/Batch/1-50")]) == 0
     (root / "configs").symlink_to(ROOT / "configs")
     return root
 
@@ -46,7 +48,7 @@ def test_every_preset_validates_offline(path: Path, workdir: Path, tmp_path: Pat
     makers = (path.parent == ROOT / "configs" and path.stem.startswith("demo")) or path.stem.startswith("finetune")
     monkeypatch.chdir(tmp_path if makers else workdir)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub access that --offline missed fails instead of connecting
-    gpu = "gpu" in path.parts or path.parent.name == "wmdp"  # meant for a GPU machine: its devices not checked here
+    gpu = "gpu" in path.parts or path.parent.name in ("wmdp", "rwku")  # meant for a GPU machine: its devices not checked here
     args = ["validate", "--offline", *(["--no-device-checks"] if gpu else []), "--config", str(path)]
     assert main(args) == 0, capsys.readouterr().err
     out = capsys.readouterr().out

@@ -167,3 +167,72 @@ def test_a_twin_whose_warmup_outlasts_a_shortened_run_is_refused(model_dir: Path
                f"model.path={model_dir}", "train.max_steps=2", f"output_dir={out}"])
     assert rc == 2 and "train.warmup_epochs=1.0 gives 6 warm-up steps" in capsys.readouterr().err
     assert not out.exists()
+
+
+# sustech-nlp/SAGO@2363ee7 configs/experiment/unlearn/wmdp/: (method, rule, corpus) -> forget args, alpha (retain),
+# gamma (forget), max_steps, file:lines (lr 1e-5 and warmup_ratio 0.1 in every one). The *_bio surgery files inherit
+# the *_sago_cyber file and override lines 10-17.
+WMDP_NPO = {
+    ("npo", "sum", "bio"): ({"beta": 0.01}, 0.1, 1.0, 100, "NPO_bio.yaml:41-48"),
+    ("npo", "sum", "cyber"): ({"beta": 0.01}, 0.1, 1.0, 100, "NPO_cyber.yaml:41-48"),
+    ("npo", "pcgrad", "bio"): ({"beta": 0.0001}, 1.0, 0.1, 100, "NPO_pcgrad_bio.yaml:10-17"),
+    ("npo", "pcgrad", "cyber"): ({"beta": 0.005}, 0.1, 1.0, 100, "NPO_pcgrad_cyber.yaml:10-17"),
+    ("npo", "sago", "bio"): ({"beta": 0.0001}, 1.0, 0.1, 150, "NPO_sago_bio.yaml:10-16"),
+    ("npo", "sago", "cyber"): ({"beta": 0.001}, 0.1, 1.0, 300, "NPO_sago_cyber.yaml:41-49"),
+    ("simnpo", "sum", "bio"): ({"beta": 0.7, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_bio.yaml:41-49"),
+    ("simnpo", "sum", "cyber"): ({"beta": 0.75, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_cyber.yaml:41-49"),
+    ("simnpo", "pcgrad", "bio"): ({"beta": 0.02, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_pcgrad_bio.yaml:10-19"),
+    ("simnpo", "pcgrad", "cyber"): ({"beta": 1.0, "delta": 0.1}, 0.1, 1.0, 100, "SimNPO_pcgrad_cyber.yaml:10-19"),
+    ("simnpo", "sago", "bio"): ({"beta": 0.02, "delta": 0.1}, 0.1, 1.0, 150, "SimNPO_sago_bio.yaml:10-17"),
+    ("simnpo", "sago", "cyber"): ({"beta": 0.1, "delta": 0.1}, 0.1, 1.0, 200, "SimNPO_sago_cyber.yaml:41-51"),
+}
+
+
+@pytest.mark.parametrize("key", WMDP_NPO, ids=lambda k: "_".join(k))
+def test_wmdp_npo_and_simnpo_presets_hold_sagos_values(key: tuple[str, str, str]) -> None:
+    method, rule, corpus = key
+    args, alpha, gamma, steps, where = WMDP_NPO[key]
+    cfg = load_config(RunConfig, CONFIGS / "wmdp" / f"{method}_{rule}_{corpus}.yaml")
+    m, t = cfg.method, cfg.train
+    assert (m.forget, m.retain, m.combine.rule, m.forget_args) == (method, "nll", rule, args), where
+    assert (m.alpha, m.gamma, t.lr, t.max_steps, t.warmup_ratio) == (alpha, gamma, 1e-5, steps, 0.1), where
+    assert t.weight_decay == 0.0 and t.batch_size * t.grad_accum == 32  # wmdp_unlearn.sh: 2 x 4 x 4 processes
+    assert cfg.data.windows == "stream" and cfg.data.max_length == 512
+
+
+# sustech-nlp/SAGO@2363ee7 configs/experiment/unlearn/rwku/Batch50_*.yaml: name -> forget, forget args, retain, alpha,
+# gamma, rule, lr, file:lines. Every file: num_train_epochs 2 (:38), warmup_ratio 0.1 (:39), data/rwku/Batch/1-50
+# (:12, :22, :27); scripts/rwku_*.sh:17-19: 4 per device x 2 accumulation x 4 processes.
+RWKU = {
+    "ga": ("ga", {}, None, None, None, "sum", 7e-7, "Batch50_GradAscent.yaml:37"),
+    "npo_forget": ("npo", {"beta": 0.001}, None, None, None, "sum", 3e-6, "Batch50_NPOForget.yaml:37-42"),
+    "simnpo_forget": ("simnpo", {"beta": 0.5, "delta": 0.1}, None, None, None, "sum", 3e-6,
+                      "Batch50_SimNPOForget.yaml:37-43"),
+    "graddiff_sum": ("ga", {}, "nll", 1.0, 1.0, "sum", 8e-7, "Batch50_GradDiff.yaml:37-43"),
+    "npo_sum": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "sum", 3e-6, "Batch50_NPO.yaml:37-44"),
+    "simnpo_sum": ("simnpo", {"beta": 0.5, "delta": 0.1}, "nll", 1.0, 1.0, "sum", 8e-6, "Batch50_SimNPO.yaml:37-45"),
+    "graddiff_pcgrad": ("ga", {}, "nll", 1.0, 1.0, "pcgrad", 3e-6, "Batch50_PCGrad.yaml:37-44"),
+    "graddiff_pcgrad_global": ("ga", {}, "nll", 1.0, 1.0, "pcgrad_global", 4e-6, "Batch50_PCGrad_global.yaml:37-44"),
+    "npo_pcgrad": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "pcgrad", 8e-6, "Batch50_PCGrad_NPO.yaml:8-15"),
+    "simnpo_pcgrad": ("simnpo", {"beta": 0.5, "delta": 0.1}, "nll", 0.5, 1.0, "pcgrad", 8e-6,
+                      "Batch50_PCGrad_SimNPO.yaml:8-16"),
+    "graddiff_sago": ("ga", {}, "nll", 1.0, 1.0, "sago", 1e-5, "Batch50_SAGO.yaml:37-44"),
+    "npo_sago": ("npo", {"beta": 0.001}, "nll", 1.0, 1.0, "sago", 1e-5, "Batch50_SAGO_NPO.yaml:37-46"),
+    "simnpo_sago": ("simnpo", {"beta": 0.1, "delta": 0.1}, "nll", 0.1, 1.0, "sago", 1e-5,
+                    "Batch50_SAGO_SimNPO.yaml:37-47"),
+}
+
+
+@pytest.mark.parametrize("name", RWKU)
+def test_rwku_presets_hold_sagos_values(name: str) -> None:
+    forget, args, retain, alpha, gamma, rule, lr, where = RWKU[name]
+    cfg = load_config(RunConfig, CONFIGS / "rwku" / f"{name}.yaml")
+    m, t, d = cfg.method, cfg.train, cfg.data
+    assert (m.forget, m.forget_args, m.retain, m.combine.rule, t.lr) == (forget, args, retain, rule, lr), where
+    if retain is not None:  # the forget-only baselines take no weights
+        assert (m.alpha, m.gamma) == (alpha, gamma), where
+    assert (t.epochs, t.max_steps, t.warmup_ratio, t.scheduler, t.weight_decay) == (2, None, 0.1, "linear", 0.0)
+    assert t.batch_size * t.grad_accum * 4 == 32 and t.fsdp and t.precision == "bf16"
+    assert cfg.model.dtype == "float32" and cfg.model.path == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert (d.source, d.forget_split, d.retain_split) == ("data/rwku/Batch/1-50", "passage", "retain_passage")
+    assert (d.format, d.windows, d.max_length) == ("text", "stream", 512)

@@ -20,6 +20,7 @@ from obliviate.cli import (
     demo,
     finetune,
     ls,
+    prepare,
     push,
     report,
     reproduce,
@@ -34,7 +35,7 @@ from obliviate.errors import ObliviateError
 COMMANDS: dict[str, ModuleType] = {  # the one dispatch table, in the order of `obliviate --help`
     "demo": demo, "finetune": finetune, "unlearn": unlearn, "eval": eval_command, "calibrate": calibrate,
     "sweep": sweep, "validate": validate, "ls": ls, "compare": compare, "report": report, "audit": audit,
-    "verify": verify, "push": push, "reproduce": reproduce,
+    "verify": verify, "push": push, "reproduce": reproduce, "prepare": prepare,
 }
 
 

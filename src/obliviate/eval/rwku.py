@@ -232,3 +232,41 @@ def evaluate_rwku(model: Any, tokenizer: Any, probes_by_level: Mapping[str, Sequ
     out["rougeL_recall_per_example"] = {lv: r.tolist() for lv, r in recalls.items()}
     out["generations"] = generations
     return out
+
+
+# ---------------------------------------------------------------- training batches (SAGO's setup_data.py)
+BATCH_FILES: dict[str, str] = {  # file written -> RWKU config it filters (hub split: train for passages/targets)
+    "passage.json": "train_original_passage", "intro.json": "forget_target",
+    **{f"{lv}.json": lv for lv in LEVELS}}
+
+
+def _subject(rec: Any, key: str, where: str) -> str:
+    """The subject (or target) a raw RWKU record is about; a clear error when it has none."""
+    if not isinstance(rec, Mapping) or not isinstance(rec.get(key), str):
+        raise DataError(f"{where}: expected a JSON object with a string field {key!r}")
+    return rec[key]
+
+
+def batch_files(source: str | Path, n_targets: int) -> dict[str, list[dict[str, Any]]]:
+    """The files of an RWKU training batch "1-N" as sustech-nlp/SAGO setup_data.py:91-179 writes them: every record
+    of train_original_passage, the probe levels and forget_target about one of the first N targets (forget_target's
+    order), and retain_passage.json = the passages of the last N targets. {file name: records}."""
+    names = [_subject(rec, "target", where) for where, rec in _records(source, _target_name(Path(source)), "train")]
+    if not 1 <= n_targets <= len(names) // 2:
+        raise DataError(f"{n_targets} targets asked for, but {source} lists {len(names)}: the forget batch (the first "
+                        f"N) and the retain batch (the last N) must not overlap; choose 1 <= N <= {len(names) // 2}")
+    forget, retain = set(names[:n_targets]), set(names[-n_targets:])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for file, config in BATCH_FILES.items():
+        key, split = ("target", "train") if config == "forget_target" else \
+            ("subject", "train" if config.startswith("train") else "test")
+        name = _target_name(Path(source)) if config == "forget_target" else config
+        records = [(dict(rec), _subject(rec, key, where)) for where, rec in _records(source, name, split)]
+        out[file] = [rec for rec, subject in records if subject in forget]
+        if file == "passage.json":
+            out["retain_passage.json"] = [rec for rec, subject in records if subject in retain]
+    empty = [file for file, recs in out.items() if not recs]
+    if empty:
+        raise DataError(f"{source}: no records about the batch's targets in {', '.join(empty)}")
+    return out
+
