@@ -115,6 +115,11 @@ def without_device_checks() -> Iterator[None]:
         _DEVICE_CHECKS.reset(token)
 
 
+def device_checks_skipped() -> bool:
+    """Whether `without_device_checks` is active (a config or plan meant for another machine)."""
+    return not _DEVICE_CHECKS.get()
+
+
 def _memory_switches(train: Any, model: Any) -> list[str]:
     """train.optimizer / model.load_in_4bit checked (train/switches.py; torch is imported only here)."""
     if not _DEVICE_CHECKS.get() and (train.optimizer != "adamw" or getattr(model, "load_in_4bit", False)):

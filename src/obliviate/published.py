@@ -32,7 +32,10 @@ TOFU_METRICS = ("forget_quality", "model_utility", "forget_truth_ratio")
 @dataclass(frozen=True)
 class Table:
     """A published table: rows are preset stems in `family` (configs/gpu/<family>/<row>.yaml, CPU twins in
-    configs/twins/<family>/<row>.yaml), columns obliviate's evaluation keys, `published` the source's numbers."""
+    configs/twins/<family>/<row>.yaml; `presets` names another folder of GPU presets, `twins` None when the rows
+    have none and `twinless` says why), columns obliviate's evaluation keys, `published` the source's numbers.
+    `evals`: evaluations run on each row's model after it trains (`obliviate eval` key=value settings each), for
+    rows whose own config evaluates nothing the table reports."""
 
     name: str
     title: str
@@ -42,12 +45,37 @@ class Table:
     source: str
     published: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     note: str = ""
+    presets: str = ""
+    twins: str | None = ""
+    twinless: str = ""
+    evals: tuple[tuple[str, ...], ...] = ()
+
+    def folder(self, twins: bool) -> str:
+        """Where the rows' presets are: configs/gpu/<family> (or `presets`), configs/twins/<family> (or `twins`)."""
+        if twins:
+            return self.twins or f"configs/twins/{self.family}"
+        return self.presets or f"configs/gpu/{self.family}"
 
 
 def _open_unlearning_rows() -> dict[str, dict[str, float]]:
     return {f"{method}_forget{split}": dict(zip(TOFU_METRICS, map(float, values[split])))
             for method, values in OPEN_UNLEARNING_TOFU_1B.items() if method not in ("finetuned", "retain")
             for split in SPLITS}
+
+
+# SAGO (Xiao et al., "Modeling LLM Unlearning as an Asymmetric Two-Task Learning Problem", ACL 2026, arXiv
+# 2604.14808), its headline comparison on WMDP-Bio with Zephyr-7B-beta and SimNPO+GD as the paper's summary states
+# it: (WMDP-Bio accuracy, MMLU accuracy) in percent per gradient rule; the target model's MMLU is 59.8.
+SAGO_WMDP_BIO_SIMNPO: dict[str, tuple[str, str]] = {"sum": ("26.1", "26.7"), "pcgrad": ("28.7", "56.4"),
+                                                   "sago": ("28.2", "57.4")}
+WMDP_METRICS = ("lm_eval_wmdp_bio_accuracy", "lm_eval_mmlu_accuracy")
+WMDP_EVALS = (("benchmark=mcq", "mcq.lm_eval_tasks=[wmdp_bio]", "mcq.lm_eval_num_fewshot=0"),
+              ("benchmark=mcq", "mcq.lm_eval_tasks=[mmlu]", "mcq.lm_eval_num_fewshot=5"))
+
+
+def _sago_rows() -> dict[str, dict[str, float]]:
+    return {f"simnpo_{rule}_bio": dict(zip(WMDP_METRICS, (float(a) / 100 for a in values)))
+            for rule, values in SAGO_WMDP_BIO_SIMNPO.items()}
 
 
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -61,4 +89,17 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "the ASU paper (arXiv 2603.01285) and Salehzz/ASU-unlearning",
           note="The paper reports closer-look's FE/MU for these runs; its figures are not transcribed here, so this "
                "table has our numbers only"),
+    Table("sago-wmdp-bio", "WMDP-Bio on Zephyr-7B-beta, SAGO's rules as its authors' configs run them", "wmdp",
+          tuple(f"{m}_{r}_bio" for m in ("simnpo", "npo") for r in ("sum", "pcgrad", "sago"))
+          + tuple(f"graddiff_{r}_bio" for r in ("sum", "pcgrad", "pcgrad_global", "sago")),
+          WMDP_METRICS, "the SAGO paper (arXiv 2604.14808), its headline SimNPO+GD figures (target MMLU 0.598)",
+          _sago_rows(),
+          note="Each row is scored as SAGO's README scores it: lm-evaluation-harness wmdp_bio zero-shot and mmlu "
+               "5-shot (pip install lm-eval); the paper's summary gives SimNPO+GD's three rules only, so the NPO and "
+               "GradDiff rows hold our numbers only",
+          presets="configs/wmdp", twins=None,
+          twinless="WMDP's bio forget corpus is gated and its questions come from the hub, so the WMDP presets have "
+                   "no CPU twins; the suite runs each WMDP recipe for a few steps on a made-up corpus instead "
+                   "(tests/config/test_authors_presets.py)",
+          evals=WMDP_EVALS),
 )}

@@ -30,14 +30,20 @@ def repo(tmp_path, model_dir, monkeypatch) -> Path:
 def test_every_table_row_has_its_presets_and_the_published_numbers_are_open_unlearnings() -> None:
     for table in TABLES.values():
         for row in table.rows:
-            for kind in ("gpu", "twins"):
-                assert (ROOT / "configs" / kind / table.family / f"{row}.yaml").is_file(), (table.name, row, kind)
+            for twins in (False, True):
+                if not twins or table.twins is not None:
+                    assert (ROOT / table.folder(twins) / f"{row}.yaml").is_file(), (table.name, row, twins)
     pub = TABLES["tofu-llama32-1b"].published
     # by hand from open-unlearning docs/results.md: NPO on forget01, GradDiff on forget10
     assert pub["npo_forget01"] == {"forget_quality": 0.92, "model_utility": 0.56, "forget_truth_ratio": 0.66}
     assert pub["graddiff_forget10"]["forget_quality"] == 1.06e-239 and len(pub) == 6 * 3
     assert "finetuned" not in "".join(pub) and OPEN_UNLEARNING_TOFU_1B["retain"]["01"][0] == "1.0"
     assert TABLES["asu-tofu-llama2-7b"].published == {}  # not transcribed: the table says so
+    sago = TABLES["sago-wmdp-bio"]  # by hand from the SAGO paper's summary: SimNPO+GD, MMLU 26.7 -> 56.4 -> 57.4
+    assert sago.published["simnpo_sago_bio"] == {"lm_eval_wmdp_bio_accuracy": 0.282, "lm_eval_mmlu_accuracy": 0.574}
+    assert sago.published["simnpo_pcgrad_bio"]["lm_eval_mmlu_accuracy"] == 0.564 and len(sago.published) == 3
+    assert sago.published["simnpo_sum_bio"]["lm_eval_wmdp_bio_accuracy"] == 0.261
+    assert sago.evals[1][1:] == ("mcq.lm_eval_tasks=[mmlu]", "mcq.lm_eval_num_fewshot=5")  # SAGO's README: 5-shot
 
 
 def test_a_table_runs_its_twins_writes_the_comparison_and_resumes(repo: Path, capsys) -> None:
@@ -78,7 +84,8 @@ def test_the_plan_prints_steps_and_memory_and_trains_nothing(repo: Path, capsys)
 
 
 @pytest.mark.parametrize("args, message", [
-    (["reproduce", "tofu"], "unknown table 'tofu'; valid: tofu-llama32-1b, asu-tofu-llama2-7b"),
+    (["reproduce", "tofu"], "unknown table 'tofu'; valid: tofu-llama32-1b, asu-tofu-llama2-7b, sago-wmdp-bio"),
+    (["reproduce", "sago-wmdp-bio", "--twins"], "sago-wmdp-bio has no CPU twins: WMDP's bio forget corpus is gated"),
     (["reproduce", "tofu-llama32-1b", "--rows", "npo_forget02"], "npo_forget02 not in tofu-llama32-1b; valid:"),
     (["reproduce", "tofu-llama32-1b", "train.nope=1", "--twins"], "train.nope"),
 ])
@@ -117,3 +124,57 @@ def test_parameter_counts_by_hand() -> None:
         assert memory_estimate(cfg, frozen_copy=False) == "6.74B parameters: ~107.8 GB + activations (estimate)"
     finally:
         rep.model_json = original
+
+
+def test_a_tables_evaluations_run_after_each_row_and_resume_on_their_own(repo: Path, tmp_path: Path, monkeypatch,
+                                                                         capsys) -> None:
+    """A table whose rows evaluate on a multiple-choice file after training: the accuracy lands in the table; a row
+    whose evaluation is missing re-runs only the evaluation."""
+    import dataclasses
+
+    from obliviate.published import Table
+
+    items = [{"question": f"Which town is number {i}?", "choices": [f"town {i}", "a", "b", "c"], "answer": 0}
+             for i in range(4)]
+    mcq = tmp_path / "toy.jsonl"
+    mcq.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+    base = TABLES["tofu-llama32-1b"]
+    table = dataclasses.replace(base, name="toy", rows=("npo_forget01",), metrics=("forget_quality", "toy_accuracy"),
+                                published={}, evals=(("benchmark=mcq", f"mcq.source={mcq}", "mcq.name=toy"),))
+    monkeypatch.setitem(TABLES, "toy", table)
+    out = repo / "runs" / "toy"
+    args = ["reproduce", "toy", *TINY, "--twins", "--out", str(out), "--keep-models"]
+    assert main(args) == 0
+    assert "then 1 evaluations (native)" in capsys.readouterr().out
+    evaluated = json.loads((out / "npo_forget01" / "eval-0" / "metrics.json").read_text())["eval"]["toy_accuracy"]
+    row = json.loads((out / "reproduce.json").read_text())["rows"]["npo_forget01"]
+    assert row["metrics"]["toy_accuracy"] == evaluated and 0 <= evaluated <= 1
+    assert row["metrics"]["forget_quality"] is not None  # the run's own metric, beside the evaluation's
+    assert "| npo_forget01 | ran |" in (out / "reproduce.md").read_text()
+    import shutil
+
+    shutil.rmtree(out / "npo_forget01" / "eval-0")  # as if stopped between training and evaluating
+    trained = (out / "npo_forget01" / "metrics.json").stat().st_mtime_ns
+    assert main(args[:-1]) == 0
+    assert (out / "npo_forget01" / "metrics.json").stat().st_mtime_ns == trained  # not trained again
+    again = json.loads((out / "reproduce.json").read_text())["rows"]["npo_forget01"]["metrics"]
+    assert again == row["metrics"] and not list((out / "npo_forget01").glob("*.safetensors"))  # weights gone now
+    assert main(args[:-1]) == 0 and "done earlier" in capsys.readouterr().out
+
+
+def test_a_table_scored_by_lm_eval_is_refused_before_training_when_it_is_missing(repo: Path, model_dir: Path,
+                                                                                 monkeypatch, capsys) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    corpora = repo / "data" / "wmdp" / "wmdp-corpora"
+    corpora.mkdir(parents=True)
+    for side in ("forget", "retain"):
+        (corpora / f"bio-{side}-corpus.jsonl").write_text(json.dumps({"text": f"{side} text"}) + "\n", encoding="utf-8")
+    args = ["reproduce", "sago-wmdp-bio", f"model.path={model_dir}", "--rows", "simnpo_sago_bio"]
+    assert main(args) == 2
+    assert "sago-wmdp-bio scores its rows with lm-evaluation-harness (wmdp_bio, mmlu)" in capsys.readouterr().err
+    assert not (repo / "runs").exists() or not any((repo / "runs").glob("reproduce-sago*"))
+    assert main(args + ["--plan"]) == 0  # a plan for another machine only says so
+    assert "then 2 evaluations (wmdp_bio, mmlu; lm-eval is not installed here)" in capsys.readouterr().out

@@ -236,3 +236,26 @@ def test_rwku_presets_hold_sagos_values(name: str) -> None:
     assert cfg.model.dtype == "float32" and cfg.model.path == "meta-llama/Meta-Llama-3-8B-Instruct"
     assert (d.source, d.forget_split, d.retain_split) == ("data/rwku/Batch/1-50", "passage", "retain_passage")
     assert (d.format, d.windows, d.max_length) == ("text", "stream", 512)
+
+
+@pytest.mark.parametrize("name", ["simnpo_sago_bio", "npo_pcgrad_bio", "graddiff_pcgrad_global_bio", "rmu_sum_bio"])
+def test_the_wmdp_recipes_run_on_a_made_up_corpus(name: str, model_dir: Path, tmp_path: Path) -> None:
+    """WMDP's corpora are gated or on the hub, so its presets have no shipped twins: each recipe (objective, weights,
+    rule, stream windows, warm-up, schedule) runs here for a few steps on a made-up corpus in SAGO's file layout,
+    on the 2-layer tiny model (RMU at layer 1), windows of 16 tokens."""
+    from obliviate.cli import main
+
+    corpora = tmp_path / "wmdp-corpora"
+    corpora.mkdir()
+    for side in ("forget", "retain"):
+        docs = [json.dumps({"text": f"A {side} document number {i} about the town of Ash and its people."})
+                for i in range(8)]
+        (corpora / f"bio-{side}-corpus.jsonl").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    rmu = ["method.forget_args.layer=1", "method.retain_args.layer=1"] if name.startswith("rmu") else []
+    out = tmp_path / "run"
+    rc = main(["unlearn", "--config", str(CONFIGS / "wmdp" / f"{name}.yaml"), f"model.path={model_dir}",
+               "model.dtype=float32", f"data.source={corpora}", "data.max_length=16", "train.max_steps=3",
+               "train.batch_size=2", "train.grad_accum=1", "train.progress=false", *rmu, f"output_dir={out}"])
+    assert rc == 0
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert len(history) == 3 and all(h["loss"] == h["loss"] for h in history)

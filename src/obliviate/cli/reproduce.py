@@ -110,23 +110,73 @@ def plan_row(table: Table, row: str, twins: bool, out: Path, overrides: list[str
     from obliviate.config import RunConfig, load_config
     from obliviate.preflight import preflight_unlearn
 
-    path = Path("configs") / ("twins" if twins else "gpu") / table.family / f"{row}.yaml"
+    path = Path(table.folder(twins)) / f"{row}.yaml"
     if not path.is_file():
         raise ConfigError(f"{path} not found: run obliviate reproduce from the repository root (where configs/ is)")
     cfg = load_config(RunConfig, path, [*overrides, f"output_dir={out / row}"])
-    if (out / row / "metrics.json").is_file():
+    if row_done(table, out / row):
         return cfg, f"{row}: done earlier, read from {out / row}"
+    if (out / row / "metrics.json").is_file():
+        return cfg, f"{row}: trained earlier in {out / row}; its evaluations are left" + evals_line(table)
     plan = preflight_unlearn(cfg, need_output=False)
     steps = next((ln.split(":", 1)[1].strip() for ln in plan.lines if ln.startswith("schedule:")), "steps unknown")
-    return cfg, f"{row}: {path}; {steps}; {memory_estimate(cfg, plan.method.needs_frozen)}"
+    return cfg, f"{row}: {path}; {steps}; {memory_estimate(cfg, plan.method.needs_frozen)}" + evals_line(table)
+
+
+def evals_line(table: Table) -> str:
+    """The plan's note on the evaluations that follow each row's training; refused before anything trains when
+    they need lm-evaluation-harness and it is not installed (unless only planning: the plan is for another machine)."""
+    import importlib.util
+
+    from obliviate.config import EvalRunConfig, load_config
+    from obliviate.preflight import device_checks_skipped
+
+    if not table.evals:
+        return ""
+    tasks = [t for spec in table.evals for t in load_config(EvalRunConfig, None, spec).mcq.lm_eval_tasks]
+    if tasks and importlib.util.find_spec("lm_eval") is None:
+        from obliviate.eval.mcq import LM_EVAL_HINT
+
+        if not device_checks_skipped():
+            raise ConfigError(f"{table.name} scores its rows with lm-evaluation-harness ({', '.join(tasks)}): "
+                              f"{LM_EVAL_HINT}")
+        return f"; then {len(table.evals)} evaluations ({', '.join(tasks)}; lm-eval is not installed here)"
+    return f"; then {len(table.evals)} evaluations ({', '.join(tasks) or 'native'})"
+
+
+def eval_dir(run_dir: Path, i: int) -> Path:
+    """Where the table's i-th evaluation of a row's model goes: <run_dir>/eval-<i>."""
+    return run_dir / f"eval-{i}"
+
+
+def row_done(table: Table, run_dir: Path) -> bool:
+    """A row is done when its run and every evaluation the table asks for have written metrics.json."""
+    return all((d / "metrics.json").is_file() for d in [run_dir, *(eval_dir(run_dir, i) for i in
+                                                                   range(len(table.evals)))])
 
 
 def measured(table: Table, run_dir: Path) -> dict[str, Any]:
-    """The table's metrics from a finished row's metrics.json (None where it has none)."""
+    """The table's metrics from a finished row's metrics.json and its evaluations' (None where none has it)."""
     import json
 
-    ev = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")).get("eval") or {}
+    ev: dict[str, Any] = {}
+    for d in [run_dir, *(eval_dir(run_dir, i) for i in range(len(table.evals)))]:
+        ev.update({k: v for k, v in (json.loads((d / "metrics.json").read_text(encoding="utf-8")).get("eval")
+                                     or {}).items() if v is not None})
     return {m: ev.get(m) for m in table.metrics}
+
+
+def evaluate_row(table: Table, cfg: Any) -> None:
+    """The table's evaluations of a trained row's model (`obliviate eval` with each of table.evals), each into
+    <run_dir>/eval-<i>; one already written is kept (an interrupted row resumes at its next evaluation)."""
+    from obliviate.cli.eval import run_eval
+    from obliviate.config import EvalRunConfig, load_config
+
+    run_dir = Path(cfg.output_dir)
+    for i, spec in enumerate(table.evals):
+        if not (eval_dir(run_dir, i) / "metrics.json").is_file():
+            run_eval(load_config(EvalRunConfig, None, [*spec, f"model.path={run_dir}", f"model.dtype={cfg.model.dtype}",
+                                                       f"output_dir={eval_dir(run_dir, i)}", "overwrite=true"]))
 
 
 def _cell(x: Any) -> str:
@@ -167,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
     from obliviate import files
 
     table = table_of(args.table)
+    if args.twins and table.twins is None:
+        raise ConfigError(f"{table.name} has no CPU twins: {table.twinless}. Run it on a GPU without --twins, or "
+                          "print its plan with --plan")
     rows = chosen_rows(table, args.rows)
     out = Path(args.out or f"runs/reproduce-{table.name}{'-twins' if args.twins else ''}")
     from contextlib import ExitStack
@@ -193,13 +246,15 @@ def run(args: argparse.Namespace) -> int:
 
     for i, (cfg, _) in enumerate(planned):
         row, run_dir = rows[i], Path(cfg.output_dir)
-        if (run_dir / "metrics.json").is_file():
+        if row_done(table, run_dir):
             results[row] = {"status": "done earlier", "metrics": measured(table, run_dir)}
             print(f"[{i + 1}/{len(rows)}] {row}: done earlier, read from {run_dir}")
         else:
             t0 = time.time()
             try:
-                run_unlearn(cfg)
+                if not (run_dir / "metrics.json").is_file():  # trained earlier, stopped in its evaluations
+                    run_unlearn(cfg)
+                evaluate_row(table, cfg)
                 results[row] = {"status": "ran", "metrics": measured(table, run_dir),
                                 "seconds": round(time.time() - t0, 1)}
                 seconds.append(time.time() - t0)

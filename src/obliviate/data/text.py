@@ -171,8 +171,9 @@ def load_texts(source: str | Path, split: str | None = None, *, config: str | No
         if config is None and "/" in split:
             config, split = split.split("/", 1)
         return load_hub_texts(str(source), config, split, skipped)
-    raise DataError(f"text source {str(source)!r} is neither a file, a directory, nor a hub dataset id "
-                    "(owner/name with a 'config/split')")
+    raise DataError(f"text source {str(source)!r}: no such file or folder (from {Path.cwd()}), and not a hub "
+                    "dataset id (owner/name with a 'config/split'); create it first (a preset's header says how) "
+                    "or point data.source at your corpus")
 
 
 def document_ids(tokenizer: Any, text: str) -> list[int]:
