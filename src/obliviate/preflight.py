@@ -344,6 +344,14 @@ def preflight_calibrate(cfg: CalibrateConfig, *, need_output: bool = True) -> li
     n_layers = layer_count(model_config(path))
     if n_layers is not None:
         check_layer_sets(cfg.layer_sets, n_layers)
+        if cfg.window_widths is not None:
+            from obliviate.eval.analysis import layer_windows
+
+            layer_windows(n_layers, cfg.window_widths, cfg.window_starts)
+    if cfg.retain_split is not None:
+        from obliviate.data.rows import check_disjoint
+
+        check_disjoint(rows, load_split(cfg.source, cfg.retain_split))
     return rows[: cfg.max_examples] if cfg.max_examples else rows
 
 

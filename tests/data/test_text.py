@@ -145,7 +145,7 @@ def test_other_bad_sources(tmp_path):
     (tmp_path / "x.csv").write_text("text\nhi\n")
     with pytest.raises(DataError, match="unsupported raw-text file type"):
         load_texts(tmp_path / "x.csv")
-    with pytest.raises(DataError, match="neither a file, a directory"):
+    with pytest.raises(DataError, match="no such file or folder"):
         load_texts(tmp_path / "nope" / "deeper")
     with pytest.raises(DataError, match="needs a split"):
         load_texts("muse-bench/MUSE-News")

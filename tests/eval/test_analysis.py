@@ -1,4 +1,6 @@
 """Token classes, class shifts, τ calibration: hand-made inputs and a tiny model."""
+import json
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,75 @@ def test_chat_template_answers_are_classified_on_their_own_tokens(small_tok):
     cls = answer_token_classes(tok, row, len(ids))
     factual = "".join(tok.decode([i]) for i, c in zip(ids, cls) if c == FACTUAL).strip()
     assert factual == "Anvar" and cls[0] == FUNCTIONAL and cls[-1] == OTHER
+
+
+def test_layer_windows_by_hand():
+    """Widths 1 and 3 at 3 starts over 10 layers: starts 0, round(4.5)=4, 9 and 0, round(3.5)=4, 7."""
+    from obliviate.errors import ConfigError
+    from obliviate.eval.analysis import layer_windows
+
+    assert layer_windows(10, [1, 3], 3) == [[0], [4], [9], [0, 1, 2], [4, 5, 6], [7, 8, 9]]
+    assert layer_windows(4, [4, 2], 5) == [[0, 1, 2, 3], [0, 1], [1, 2], [2, 3]]  # fewer starts than asked
+    assert layer_windows(30, [3], 1) == [[0, 1, 2]]
+    for widths, starts in (([40], 2), ([0], 2), ([2], 0), ([], 2)):
+        with pytest.raises(ConfigError, match="the model has"):
+            layer_windows(30, widths, starts)
+
+
+def test_reply_recall_uses_facts_when_annotated_else_rouge():
+    from obliviate.eval.analysis import fluent_forgetting, reply_recall
+
+    plain = [QARow("Where is Ash?", "in the north"), QARow("Who?", "Mia Lund")]
+    assert reply_recall(["it is in the north", "nobody"], plain) == (0.5, "rougeL")  # 3/3 then 0/2 tokens
+    answer = "Mia was born in Ash in 1990."
+    row = QARow("Where was Mia born?", answer, fact_spans=((16, 19), (23, 27)))  # "Ash", "1990"
+    assert row.asked_facts() == ["Ash", "1990"]
+    assert reply_recall(["In ash, long ago."], [row]) == (0.5, "fact")  # one of two facts, case-insensitive
+    base = {"forget": {"recall": 0.8, "degenerate": 0.0}}
+    assert fluent_forgetting({"forget": {"recall": 0.4, "degenerate": 0.2}}, base, 0.5, 0.2)
+    assert not fluent_forgetting({"forget": {"recall": 0.41, "degenerate": 0.0}}, base, 0.5, 0.2)
+    assert not fluent_forgetting({"forget": {"recall": 0.0, "degenerate": 0.21}}, base, 0.5, 0.2)
+    assert not fluent_forgetting({"forget": {"recall": 0.0, "degenerate": 0.0}}, {"forget": {"recall": 0.0}}, 0.5, 0.2)
+
+
+def test_the_teacher_map_replies_per_setting(small_world, trained_small, small_tok, tmp_path, capsys):
+    """calibrate with windows and replies: θ0's replies as the base row; at τ=1 the teacher is θ0, so its replies,
+    recall and degenerate share equal the base's exactly; a map table and the JSON carry every point."""
+    from obliviate.cli import main
+    from obliviate.data.synthetic import write_world
+
+    model_dir, world_dir = tmp_path / "m", write_world(small_world, tmp_path / "w")
+    trained_small.save_pretrained(model_dir)
+    small_tok.save_pretrained(model_dir)
+    out = tmp_path / "map"
+    assert main(["calibrate", f"model.path={model_dir}", f"source={world_dir}", "split=forget10",
+                 "retain_split=retain90", "retain_examples=3", "max_examples=3", "taus=[1, 8]",
+                 "window_widths=[1]", "window_starts=2", "replies=true", "max_new_tokens=6",
+                 f"output_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert "| θ0 | — |" in printed and "facts drop, fluent" in printed
+    res = json.loads((out / "calibration.json").read_text())
+    assert [g["layers"] for g in res["grid"]] == [[0], [0], [1], [1]]  # windows of width 1 at layers 0 and 1
+    for g in res["grid"]:
+        assert set(g["forget"]) == {"recall", "measure", "degenerate", "examples"} and g["retain"] is not None
+        assert isinstance(g["fluent_forgetting"], bool)
+        if g["tau"] == 1:
+            assert g["forget"] == res["base"]["forget"] and g["retain"] == res["base"]["retain"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["window_widths=[3]"], "the model has 2 layers"),
+    (["window_widths=[1]", "layer_sets=[[0]]"], "window_widths"),
+    (["retain_split=retain90"], "null unless replies=true"),
+    (["replies=true", "retain_split=forget10"], ""),
+])
+def test_teacher_map_bad_input(overrides, message, small_world, trained_small, small_tok, tmp_path, capsys):
+    from obliviate.cli import main
+    from obliviate.data.synthetic import write_world
+
+    model_dir, world_dir = tmp_path / "m", write_world(small_world, tmp_path / "w")
+    trained_small.save_pretrained(model_dir)
+    small_tok.save_pretrained(model_dir)
+    assert main(["calibrate", f"model.path={model_dir}", f"source={world_dir}", "split=forget10", *overrides,
+                 f"output_dir={tmp_path / 'out'}"]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -556,12 +556,37 @@ class CalibrateConfig:
     functional_budget: float = setting(0.7, "max mean log-prob loss (nats) of functional tokens for a setting to count")
     min_factual: float = setting(0.3, "factual tokens must lose at least this many nats to be recommended by selectivity")
     max_length: int = setting(256, "max tokens per example")
+    window_widths: list | None = setting(None, "the teacher map's layer axis: contiguous windows of these widths at "
+                                               "window_starts start layers spread across the depth, e.g. [1, 3, 10] "
+                                               "(instead of layer_sets)")
+    window_starts: int = setting(5, "start layers per window width, spread evenly from the first layer to the last")
+    replies: bool = setting(False, "the teacher map: each setting's greedy replies on the forget rows (and "
+                                   "retain_split's): recall, degenerate share, and whether facts drop while "
+                                   "fluency holds")
+    retain_split: str | None = setting(None, "rows to check the teacher's replies on beside the forget rows")
+    retain_examples: int = setting(32, "use the first N retain rows")
+    max_new_tokens: int = setting(32, "reply length of the teacher map's greedy replies")
+    recall_ratio: float = setting(0.5, "fluent forgetting: the teacher recalls at most this share of θ0's forget "
+                                       "recall ...")
+    degenerate_max: float = setting(0.2, "... and at most this share of its forget replies is degenerate")
     output_dir: str = setting("", "where calibration.json and calibration.md are written (optional)")
     overwrite: bool = setting(False, "replace an existing output_dir")
 
     def __post_init__(self) -> None:
         require(bool(self.taus) and all(isinstance(t, (int, float)) and t > 0 for t in self.taus),
                  "taus", self.taus, "a non-empty list of positive numbers")
+        require(self.window_widths is None or self.layer_sets is None, "window_widths", self.window_widths,
+                "null when layer_sets is given (one layer axis: explicit sets or windows)")
+        require(self.window_widths is None or (isinstance(self.window_widths, list) and bool(self.window_widths) and all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in self.window_widths)),
+            "window_widths", self.window_widths, "null or a non-empty list of widths >= 1, e.g. [1, 3, 10]")
+        require(self.window_starts >= 1, "window_starts", self.window_starts, ">= 1")
+        require(self.retain_examples >= 1, "retain_examples", self.retain_examples, ">= 1")
+        require(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, ">= 1")
+        require(0 < self.recall_ratio <= 1, "recall_ratio", self.recall_ratio, "in (0, 1]")
+        require(0 <= self.degenerate_max < 1, "degenerate_max", self.degenerate_max, "in [0, 1)")
+        require(self.replies or self.retain_split is None, "retain_split", self.retain_split,
+                "null unless replies=true (the retain rows are only read for the teacher's replies)")
         require(self.functional_budget > 0, "functional_budget", self.functional_budget, "> 0")
         require(self.layer_sets is None or bool(self.layer_sets), "layer_sets", self.layer_sets,
                  "null (a default sweep) or a non-empty list of layer sets such as [[0], [0, 1], null]")

@@ -133,6 +133,58 @@ def default_layer_sets(n_layers: int) -> list[list[int] | None]:
     return unique + [None]
 
 
+def layer_windows(n_layers: int, widths: Sequence[int], starts: int) -> list[list[int]]:
+    """Contiguous windows [s, s + w) for each width w, at `starts` start layers spread evenly from 0 to n − w
+    (fewer when that range has fewer), shallow first: the teacher map's layer axis (across the depth, not only
+    prefixes). A width outside 1..n_layers is a ConfigError."""
+    from obliviate.errors import ConfigError
+
+    bad = [w for w in widths if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= n_layers]
+    if bad or not widths or starts < 1:
+        raise ConfigError(f"window_widths {list(widths)} with window_starts {starts}: the model has {n_layers} layers, "
+                          f"so each width must be 1..{n_layers} and window_starts >= 1; e.g. window_widths=[1, 3]")
+    out: list[list[int]] = []
+    for w in widths:
+        last = n_layers - w
+        k = min(starts, last + 1)
+        firsts = sorted({round(i * last / (k - 1)) for i in range(k)}) if k > 1 else [0]
+        out += [list(range(s, s + w)) for s in firsts if list(range(s, s + w)) not in out]
+    return out
+
+
+def reply_recall(generations: Sequence[str], rows: Sequence[QARow]) -> tuple[float, str]:
+    """How much of the answers a set of greedy replies recalls: fact recall (tofu.fact_recall) when the rows are
+    annotated with facts, else mean ROUGE-L recall against the answer; (value, "fact" | "rougeL")."""
+    from obliviate.eval.tofu import fact_recall, rouge_recall
+
+    facts = fact_recall(generations, rows)
+    if facts is not None:
+        return facts, "fact"
+    return float(np.mean(rouge_recall(generations, [r.answer for r in rows]))), "rougeL"
+
+
+def replies_summary(model: Any, tokenizer: Any, rows: Sequence[QARow], max_new_tokens: int,
+                    batch_size: int = 32) -> dict[str, Any]:
+    """Greedy replies of `model` to the rows' questions: recall (reply_recall), degenerate share (fluency) and the
+    first two replies."""
+    from obliviate.eval.fluency import is_degenerate
+    from obliviate.eval.generate import generate_answers
+
+    gens = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
+                            batch_size=batch_size, desc="teacher replies")
+    recall, measure = reply_recall(gens, rows)
+    return {"recall": recall, "measure": measure, "degenerate": float(np.mean([is_degenerate(g) for g in gens])),
+            "examples": gens[:2]}
+
+
+def fluent_forgetting(point: dict[str, Any], base: dict[str, Any], recall_ratio: float, degenerate_max: float) -> bool:
+    """A teacher-map point where facts drop while fluency holds: the teacher's forget recall is at most
+    recall_ratio × θ0's and at most degenerate_max of its forget replies are degenerate (ASU's search space). Never
+    when θ0 recalls nothing: there is no fact to drop."""
+    return (base["forget"]["recall"] > 0 and point["forget"]["recall"] <= recall_ratio * base["forget"]["recall"]
+            and point["forget"]["degenerate"] <= degenerate_max)
+
+
 def recommend(grid: list[dict[str, Any]], functional_budget: float, min_factual: float) -> dict[str, Any] | None:
     """The admissible setting (functional loss ≤ budget) with the best selectivity among those whose
     factual tokens lose ≥ min_factual nats; if none lose that much, the one with the largest factual loss."""
@@ -145,14 +197,21 @@ def recommend(grid: list[dict[str, Any]], functional_budget: float, min_factual:
 
 def calibrate(model: Any, tokenizer: Any, rows: Sequence[QARow], taus: Sequence[float],
               layer_sets: Sequence[Sequence[int] | None], *, functional_budget: float = 0.7,
-              min_factual: float = 0.3, max_length: int = 256, batch_size: int = 32) -> dict[str, Any]:
+              min_factual: float = 0.3, max_length: int = 256, batch_size: int = 32,
+              replies: dict[str, Any] | None = None) -> dict[str, Any]:
     """Sweep (τ, layers) with the smoothed teacher alone and recommend one (see `recommend`).
 
     Admissible: functional tokens lose at most `functional_budget` nats on average (their probability
     stays within e^budget of θ0, so the teacher still speaks). No training; one forward per setting.
+    replies (the teacher map): {"retain": rows or [], "max_new_tokens", "recall_ratio", "degenerate_max"}: each
+    setting's greedy replies on the forget rows and the retain rows too (replies_summary), θ0's as "base", and
+    `fluent_forgetting` per setting.
     """
     base = token_logprobs(model, tokenizer, rows, batch_size=batch_size, max_length=max_length)
     classes = classes_for(tokenizer, rows, base)
+    out: dict[str, Any] = {}
+    if replies is not None:
+        out["base"] = _replies_point(model, tokenizer, rows, replies, batch_size)
     grid = []
     settings = [(layers, tau) for layers in layer_sets for tau in taus]
     for layers, tau in track(settings, f"calibrating: {len(settings)} (tau, layers) settings"):
@@ -164,7 +223,20 @@ def calibrate(model: Any, tokenizer: Any, rows: Sequence[QARow], taus: Sequence[
                      "selectivity": shift.selectivity, "n_factual": shift.n_factual,
                      "n_functional": shift.n_functional,
                      "admissible": bool(shift.functional >= -functional_budget)})
+        if replies is not None:
+            grid[-1].update(_replies_point(teacher, tokenizer, rows, replies, batch_size))
+            grid[-1]["fluent_forgetting"] = fluent_forgetting(grid[-1], out["base"], replies["recall_ratio"],
+                                                              replies["degenerate_max"])
         del teacher
     best = recommend(grid, functional_budget, min_factual)
     return {"grid": grid, "recommended": best, "functional_budget": functional_budget, "min_factual": min_factual,
-            "note": None if best else "no setting kept functional tokens within the budget; raise it or lower tau"}
+            "note": None if best else "no setting kept functional tokens within the budget; raise it or lower tau",
+            **out, **({"replies": {k: v for k, v in replies.items() if k != "retain"}} if replies else {})}
+
+
+def _replies_point(model: Any, tokenizer: Any, rows: Sequence[QARow], replies: dict[str, Any],
+                   batch_size: int) -> dict[str, Any]:
+    """{"forget": replies_summary on the forget rows, "retain": on the retain rows (None without them)}."""
+    n = replies["max_new_tokens"]
+    return {"forget": replies_summary(model, tokenizer, rows, n, batch_size),
+            "retain": replies_summary(model, tokenizer, replies["retain"], n, batch_size) if replies["retain"] else None}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -116,11 +116,24 @@ def write_report(path: Path, results: Mapping[str, Any]) -> None:
 
 def calibration_table(res: Mapping[str, Any]) -> str:
     """The τ calibration sweep as a Markdown table, with the recommendation and the rule behind it."""
-    lines = ["| tau | layers | factual Δlogp | functional Δlogp | selectivity | admissible |", "|---|---|---|---|---|---|"]
+    mapped = "base" in res
+    extra = " forget recall | forget degenerate | retain recall | retain degenerate | facts drop, fluent |" if mapped else ""
+    lines = ["| tau | layers | factual Δlogp | functional Δlogp | selectivity | admissible |" + extra,
+             "|---|---|---|---|---|---|" + "---|" * (5 if mapped else 0)]
+    if mapped:
+        lines.append("| θ0 | — | 0 | 0 | 0 | — |" + _replies_cells(res["base"]) + " — |")
     for g in res["grid"]:
-        layers = "all" if g["layers"] is None else ",".join(map(str, g["layers"]))
+        layers = "all" if g["layers"] is None else _layer_span(g["layers"])
         lines.append(f"| {g['tau']:g} | {layers} | {g['factual_shift']:.3f} | {g['functional_shift']:.3f} | "
-                     f"{g['selectivity']:.3f} | {'yes' if g['admissible'] else 'no'} |")
+                     f"{g['selectivity']:.3f} | {'yes' if g['admissible'] else 'no'} |"
+                     + (_replies_cells(g) + f" {'yes' if g['fluent_forgetting'] else 'no'} |" if mapped else ""))
+    if mapped:
+        r = res["replies"]
+        measure = res["base"]["forget"]["measure"]
+        lines += ["", f"Teacher map: greedy replies of {r['max_new_tokens']} new tokens; recall = "
+                      + ("fact recall (annotated facts found in the reply)" if measure == "fact" else
+                         "ROUGE-L recall of the answer") + f". Facts drop, fluent: forget recall ≤ {r['recall_ratio']:g} × "
+                      f"θ0's and ≤ {r['degenerate_max']:g} of the forget replies degenerate (ASU's search space)."]
     best = res["recommended"]
     n = res["grid"][0] if res["grid"] else {}
     lines += ["", f"Mean per-token log-prob change of the smoothed teacher vs the model on the forget answers "
@@ -133,6 +146,22 @@ def calibration_table(res: Mapping[str, Any]) -> str:
     else:
         lines.append(f"No recommendation: {res['note']}")
     return "\n".join(lines)
+
+
+def _layer_span(layers: Sequence[int]) -> str:
+    """'6-8' for a contiguous window, else the layers comma-separated."""
+    if len(layers) > 2 and list(layers) == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(map(str, layers))
+
+
+def _replies_cells(point: Mapping[str, Any]) -> str:
+    """The teacher map's cells of one point: forget recall, degenerate share, and the retain rows' (— without)."""
+    cells = []
+    for side in ("forget", "retain"):
+        got = point.get(side)
+        cells += [f"{got['recall']:.3f}", f"{got['degenerate']:.2f}"] if got else ["—", "—"]
+    return " " + " | ".join(cells) + " |"
 
 
 def metric_label(name: str, metrics: Mapping[str, Any]) -> str:
