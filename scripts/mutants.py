@@ -363,6 +363,21 @@ MUTANTS: list[Mutant] = [
     Mutant("validate --offline: hub data fetched anyway", "hub.py",
            "    if skipping():\n        raise HubSkipped", "    if False:\n        raise HubSkipped",
            ("tests/cli/test_validate_presets.py",)),
+    Mutant("rwku batch: retain = the first N targets", "eval/rwku.py", "names[-n_targets:]", "names[:n_targets]",
+           ("tests/cli/test_prepare.py",)),
+    Mutant("rwku batch: overlap allowed", "eval/rwku.py", "1 <= n_targets <= len(names) // 2",
+           "1 <= n_targets <= len(names)", ("tests/cli/test_prepare.py",)),
+    Mutant("teacher map: windows only from layer 0", "eval/analysis.py",
+           "firsts = sorted({round(i * last / (k - 1)) for i in range(k)}) if k > 1 else [0]", "firsts = [0]",
+           ("tests/eval/test_analysis.py",)),
+    Mutant("teacher map: fluent forgetting ignores degeneracy", "eval/analysis.py",
+           'and point["forget"]["degenerate"] <= degenerate_max)', ")", ("tests/eval/test_analysis.py",)),
+    Mutant("teacher map: recall ratio against the point itself", "eval/analysis.py",
+           'point["forget"]["recall"] <= recall_ratio * base["forget"]["recall"]',
+           'point["forget"]["recall"] <= base["forget"]["recall"]', ("tests/eval/test_analysis.py",)),
+    Mutant("reproduce: evaluations' metrics dropped", "cli/reproduce.py",
+           "    for d in [run_dir, *(eval_dir(run_dir, i) for i in range(len(table.evals)))]:\n        ev.update(",
+           "    for d in [run_dir]:\n        ev.update(", ("tests/cli/test_reproduce.py",)),
 
 ]
 

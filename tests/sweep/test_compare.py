@@ -47,13 +47,17 @@ def test_best_at_matched_utility_with_its_seed_spread_or_none_found():
     assert best["ASU"].point.name == "ASU #1" and [p.name for p in best["ASU"].seeds] == ["ASU #1", "ASU #5"]
     assert best["NPO"].point is None
     text, summary, figs = build_report(_coll())
-    assert ("| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | 0.950 ± 0.071 (n=2) | 2 of 2 | "
-            "lr=0.0002 |") in text
-    assert ("| NPO | none found | | | | | | | nearest: NPO #0, 0.100 / 0.600, breaks neighbours_accuracy 0.6 < 0.9x 1; "
+    # over the two seeds (0.3, 0.5), without per-row values: the seed draws give 0.3, 0.4 or 0.5
+    assert ("| ASU | ASU #1 | 0.300 | 0.900 | 0.050 | 0.400 ± 0.141 (n=2) | 0.400 [0.300, 0.500] (2 seeds, no "
+            "per-row values) | 0.950 ± 0.071 (n=2) | 2 of 2 | lr=0.0002 |") in text
+    assert ("| NPO | none found | | | | | | | | nearest: NPO #0, 0.100 / 0.600, breaks neighbours_accuracy 0.6 < 0.9x 1; "
             "retain_accuracy 0.8 < 0.9x 1 |") in text
-    assert "Verdict: ASU 0.300 (lowest forget score at matched utility first); none found for NPO." in text
+    assert ("Verdict: ASU 0.400 [0.300, 0.500] (2 seeds, no per-row values) (lowest forget_score at matched utility "
+            "first; methods whose 95% intervals overlap the group's best are tied, not ranked); none found for NPO.") \
+        in text
+    assert summary["methods"]["ASU"]["interval"]["low"] == 0.3 and summary["tied"] == [["ASU"]]
     nothing = [_p("RMU", 0, 1.0, 1.0, 1.0, 0.0)]
-    assert "RMU 1.000 (forgets nothing: θ0's score)" in build_report(Collection(nothing, dict(ORIGINAL), "knowledge"))[0]
+    assert "RMU 1.000 (one seed, no per-row values) (forgets nothing: θ0's score)" in build_report(Collection(nothing, dict(ORIGINAL), "knowledge"))[0]
     assert summary["verdict"] == ["ASU"]
     assert summary["methods"]["ASU"]["seeds"] == [0.3, 0.5] and summary["methods"]["ASU"]["seeds_passing"] == 2
     assert [x["trial"] for x in summary["methods"]["ASU"]["front"]] == ["ASU #3", "ASU #1", "ASU #0"]
@@ -86,3 +90,52 @@ def test_compare_reads_demo_results_and_refuses_a_directory_without_runs(tmp_pat
     assert not (tmp_path / "cmp2").exists()
     with pytest.raises(ObliviateError, match="compare: .*nowhere is not a directory"):
         write_compare([str(tmp_path / "nowhere")], tmp_path / "cmp3", log=lambda s: None)
+
+
+def _rows_point(method, n, right, of=20, neigh=1.0, mcq=None):
+    """A trial that passes the bar, with per-row forget outcomes: `right` of `of` forget facts still answered."""
+    p = _p(method, n, right / of, neigh, 1.0, 0.0)
+    p.rows = {"forget_accuracy": [1.0] * right + [0.0] * (of - right)}
+    if mcq is not None:  # per-item MCQ outcomes: forget_score = max(accuracy, (mcq - 0.25) / 0.75)
+        p.rows["forget_mcq_accuracy"] = mcq
+        p.metrics["forget_mcq_accuracy"] = sum(mcq) / len(mcq)
+    return p
+
+
+def test_overlapping_intervals_are_a_tie_and_separated_ones_a_ranking():
+    """Over 20 rows: 2/20 and 4/20 right overlap ([0, 0.25] vs [0.05, 0.4]), 15/20 is clear of both: the verdict
+    names a tie of A and B, then C; compare.json says the same."""
+    coll = Collection([_rows_point("A", 0, 2), _rows_point("B", 0, 4), _rows_point("C", 0, 15)], dict(ORIGINAL),
+                      "knowledge")
+    text, summary, _ = build_report(coll)
+    assert summary["tied"] == [["A", "B"], ["C"]] and summary["verdict"] == ["A", "B", "C"]
+    assert "Verdict: tied: A 0.100 [0.000, 0.250] (1 seed × 20 rows), B 0.200 [" in text
+    assert "; then C 0.750 [" in text
+    iv = summary["methods"]["C"]["interval"]
+    assert iv["resampled"] and iv["low"] > 0.4 and iv["rows"] == 20
+
+
+def test_the_forget_score_is_recomputed_from_its_resampled_parts():
+    """forget_score = max(accuracy, (mcq − 0.25)/0.75): with no fact answered but every MCQ item right, every
+    bootstrap draw scores 1.0, never the stored 0 of forget_accuracy."""
+    coll = Collection([_rows_point("A", 0, 0, of=4, mcq=[1.0, 1.0, 1.0, 1.0])], dict(ORIGINAL), "knowledge")
+    coll.points[0].metrics["forget_score"] = 1.0
+    iv = build_report(coll)[1]["methods"]["A"]["interval"]
+    assert (iv["estimate"], iv["low"], iv["high"]) == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0, 2.0])
+def test_an_interval_level_outside_zero_one_is_refused(level, tmp_path):
+    with pytest.raises(Exception, match="strictly between 0 and 1"):
+        build_report(_coll(), level)
+
+
+def test_the_cli_refuses_a_bad_level(tmp_path, capsys):
+    from obliviate.cli import main
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "results.json").write_text(json.dumps({"runs": {"A": {"metrics": {"forget_fact_recall": 0.1}}}}))
+    assert main(["compare", str(demo), "--level", "1.5", "--out", str(tmp_path / "out")]) == 2
+    assert "interval level 1.5 must lie strictly between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -62,6 +62,10 @@ def test_a_sweep_runs_each_methods_budget_records_everything_and_writes_the_comp
             assert t.values[1] == pytest.approx(min(m["neighbours_accuracy"], m["retain_accuracy"]))
             assert [c["step"] for c in t.user_attrs["curve"]] == [2, 4] and t.user_attrs["steps"] == 4
             assert t.user_attrs["best_step"] in (2, 4)
+            rows = t.user_attrs["rows"]  # per-row outcomes, whose means are the metrics (compare's intervals)
+            for name in ("forget_accuracy", "neighbours_accuracy", "retain_accuracy", "forget_mcq_accuracy"):
+                if m.get(name) is not None:
+                    assert sum(rows[name]) / len(rows[name]) == pytest.approx(m[name]), name
         assert rep.user_attrs["repeat_of"] in (0, 1) and rep.user_attrs["seed"] == 1  # base seed 0 + 1
         assert rep.params == trials[rep.user_attrs["repeat_of"]].params
         assert study.user_attrs["original"]["forget_accuracy"] == 1.0  # θ0 knows its forget facts by construction
@@ -69,6 +73,8 @@ def test_a_sweep_runs_each_methods_budget_records_everything_and_writes_the_comp
         assert (out / f).is_file(), f
     summary = json.loads((out / "compare.json").read_text())
     assert set(summary["methods"]) == {"GradDiff", "NPO"}
+    for m in summary["methods"].values():  # a best over 2 seeds and its rows: an interval, resampled
+        assert m["interval"] is None or (m["interval"]["seeds"] == 2 and m["interval"]["rows"] > 0)
     assert any("[NPO #" in line for line in lines)
     # the same command again: the budget is met, nothing runs, nothing is lost
     again = run_sweep(_cfg(base_file, out, eval_every_steps=2, eval_rows=2, repeats=1, keep_best=True),

@@ -132,7 +132,7 @@ def probe_and_split(model: Any, tok: Any, facts: list[Fact], cfg: KnowledgeDemoC
     return replies, split
 
 
-def _write_groups(directory: Path, split: KnowledgeSplit) -> None:
+def write_groups(directory: Path, split: KnowledgeSplit) -> None:
     """The groups' training rows as <group>.jsonl (so `obliviate calibrate source=DIR split=forget` works)."""
     from obliviate.data.rows import write_jsonl
 
@@ -241,7 +241,7 @@ def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: Kno
     from obliviate.report.markdown import write_report
 
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
-        _write_groups(out / "facts", split)
+        write_groups(out / "facts", split)
         write_json(out / "results.json", results)
         write_report(out / "report.md", results)
         write_html(out / "report.html", results, title="obliviate: a pretrained model forgets facts it knows")

@@ -353,12 +353,13 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     else:
         replies = generate_answers(model, tokenizer, [f.question for f in facts], max_new_tokens=max_new_tokens,
                                    batch_size=batch_size, desc="evaluating: answers")
-    out: dict[str, Any] = {"generations": {}}
+    out: dict[str, Any] = {"generations": {}, "rows": {}}
     start = 0
     for name, fs in groups.items():
         r = replies[start:start + len(fs)]
         start += len(fs)
         out[f"{name}_accuracy"], out["generations"][name] = accuracy(fs, r), r
+        out["rows"][f"{name}_accuracy"] = [float(is_correct(x, f)) for f, x in zip(fs, r)]
     flu = fluency_summary(out["generations"]["forget"], tokenizer)
     out.update({f"forget_{k}": v for k, v in flu.items() if k != "n"})
     out["all_degenerate_share"] = fluency_summary(list(replies), tokenizer)["degenerate_share"]
@@ -368,8 +369,10 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     by_question = {split.rows[f.id].question: split.rows[f.id] for g in groups.values() for f in g}
     for name, fs in (("forget", groups["forget"]), ("other", others)):
         items = mcq_items(fs, pool, seed=seed)
-        out[f"{name}_mcq_accuracy"] = (option_accuracy(model, tokenizer, items, [by_question[it.question] for it in items],
-                                                       batch_size=batch_size) if items else None)
+        right = (option_correct(model, tokenizer, items, [by_question[it.question] for it in items],
+                                batch_size=batch_size) if items else [])
+        out[f"{name}_mcq_accuracy"] = float(np.mean(right)) if right else None
+        out["rows"][f"{name}_mcq_accuracy"] = right
         out[f"{name}_mcq_n"] = len(items)
     return out
 
@@ -380,17 +383,22 @@ def option_sentences(item: Any, row: QARow) -> list[str]:
     return [row.answer[:s] + choice + row.answer[e:] for choice in item.choices]
 
 
+def option_correct(model: Any, tokenizer: Any, items: Sequence[Any], rows: Sequence[QARow], *,
+                   batch_size: int = 32, max_length: int = 256) -> list[float]:
+    """Per item, 1.0 when the right option wins (option_accuracy's rule), else 0.0: [N]."""
+    from obliviate.eval.generate import batched_avg_loss
+
+    pairs = [(it.question, text) for it, row in zip(items, rows) for text in option_sentences(it, row)]
+    loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)
+    return [float(int(p) == int(it.answer)) for p, it in zip(loss.argmin(1), items)]
+
+
 def option_accuracy(model: Any, tokenizer: Any, items: Sequence[Any], rows: Sequence[QARow], *,
                     batch_size: int = 32, max_length: int = 256) -> float:
     """4-way accuracy: each option is put into the original model's own answer sentence (as TOFU's perturbed
     answers share the answer's wording) and the option whose sentence has the lowest mean answer NLL under
     the chat prompt is chosen (TOFU's length-normalised probability, argmax); chance 0.25."""
-    from obliviate.eval.generate import batched_avg_loss
-    from obliviate.eval.mcq import accuracy as mcq_acc
-
-    pairs = [(it.question, text) for it, row in zip(items, rows) for text in option_sentences(it, row)]
-    loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)
-    return mcq_acc(loss.argmin(1), [it.answer for it in items])
+    return float(np.mean(option_correct(model, tokenizer, items, rows, batch_size=batch_size, max_length=max_length)))
 
 
 register("knowledge", knowledge_metric_infos())

@@ -114,6 +114,14 @@ def forget_score(generation_accuracy: float | None, mcq_accuracy: float | None, 
     return max(parts) if parts else None
 
 
+def with_forget_score(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` with forget_score recomputed from forget_accuracy and forget_mcq_accuracy (forget_score's rule),
+    for scores whose parts were resampled (eval/intervals.py); unchanged when neither part is there."""
+    if metrics.get("forget_accuracy") is None and metrics.get("forget_mcq_accuracy") is None:
+        return metrics
+    return {**metrics, "forget_score": forget_score(metrics.get("forget_accuracy"), metrics.get("forget_mcq_accuracy"))}
+
+
 def dominates(a: Sequence[float], b: Sequence[float], maximize: Sequence[bool]) -> bool:
     """a is at least as good as b on every objective and strictly better on one."""
     better = False

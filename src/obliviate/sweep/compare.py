@@ -11,6 +11,7 @@ directories (results.json: every method of the run) and unlearn run directories 
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -22,7 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.score import Bar, Expr, best_under_bar, pareto_front
+from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
+from obliviate.eval.score import Bar, Expr, best_under_bar, pareto_front, with_forget_score
 
 Log = Callable[[str], None]
 
@@ -40,6 +42,7 @@ class Point:
     curve: list[dict[str, Any]] = field(default_factory=list)
     repeat_of: str | None = None
     note: str = ""
+    rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (eval/intervals.py)
 
 
 @dataclass
@@ -85,7 +88,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
             note = ua.get("error") or ua.get("pruned") or ""
             points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
-                                f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note))
+                                f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
+                                dict(ua.get("rows", {}))))
     return Collection(points, original, kind, cfg)
 
 
@@ -176,6 +180,14 @@ def best_per_method(coll: Collection, bar: Bar) -> list[Best]:
     return out
 
 
+def _interval(iv: Interval) -> str:
+    """'0.300 [0.200, 0.400]', or the estimate alone with why there is no interval."""
+    if not iv.resampled:
+        return f"{_fmt(iv.estimate)} (one seed, no per-row values)"
+    over = f"{iv.seeds} seed{'s' if iv.seeds != 1 else ''}" + (f" × {iv.rows} rows" if iv.rows else ", no per-row values")
+    return f"{_fmt(iv.estimate)} [{_fmt(iv.low)}, {_fmt(iv.high)}] ({over})"
+
+
 def _spread(values: Sequence[float]) -> str:
     vals = [v for v in values if not math.isnan(v)]
     if len(vals) < 2:
@@ -183,9 +195,11 @@ def _spread(values: Sequence[float]) -> str:
     return f"{statistics.mean(vals):.3f} ± {statistics.stdev(vals):.3f} (n={len(vals)})"
 
 
-def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str, list[Point]]) -> Any:
+def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str, list[Point]],
+                  bests: Mapping[str, tuple[Point, Interval]] | None = None) -> Any:
     """Scatter of every finished trial (forget x, utility y; the face colour is fluency, the edge and marker the
-    method), each method's front as a line in its colour, θ0 as a star underneath."""
+    method), each method's front as a line in its colour, θ0 as a star underneath; each method's best at matched
+    utility ringed, with its interval as a horizontal bar when the bar's forget score is the x axis."""
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
 
@@ -218,6 +232,13 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
                             marker=marker, edgecolors=color, linewidths=1.6, s=55, zorder=3)
         handles.append(Line2D([], [], marker=marker, ls="-", color=color, markerfacecolor="white",
                               markeredgecolor=color, markeredgewidth=1.6, label=method))
+        if bests and method in bests:
+            p, iv = bests[method]
+            x, y = axes["forget"](p.metrics), axes["utility"](p.metrics)
+            ax.scatter([x], [y], s=220, facecolors="none", edgecolors=color, linewidths=2.2, zorder=4)
+            if iv.resampled and iv.estimate == iv.estimate:
+                ax.errorbar([iv.estimate], [y], xerr=[[iv.estimate - iv.low], [iv.high - iv.estimate]], color=color,
+                            capsize=4, lw=2, zorder=4)
     if sc is not None:
         fig.colorbar(sc, ax=ax, label=f"{axes['fluency'].text} (face colour)")
     ax.set_xlabel(f"{axes['forget'].text} ↓")
@@ -250,11 +271,20 @@ def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     return fig
 
 
-def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
-    """(Markdown, the JSON summary, [(file name, figure)]) of a collection."""
+def intervals(coll: Collection, bar: Bar, bests: Sequence[Best], level: float) -> dict[str, Interval]:
+    """Each best's bar.forget with its bootstrap interval over its seeds and, where trials kept them, its rows
+    (eval/intervals.py); the knowledge track's forget_score is recomputed from its resampled accuracies."""
+    derive = with_forget_score if coll.kind == "knowledge" else None
+    return {b.method: bootstrap(bar.forget, [(p.metrics, p.rows) for p in b.seeds], level=level, derive=derive)
+            for b in bests if b.point is not None}
+
+
+def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
+    """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence."""
     bar, axes = _scales(coll)
     front = fronts(coll, axes)
     bests = best_per_method(coll, bar)
+    ivs = intervals(coll, bar, bests, check_level(level))
     methods = list(dict.fromkeys(p.method for p in coll.points))
     lines = ["# obliviate compare", "", f"Sources: {', '.join(sorted({p.source for p in coll.points}))}",
              f"Axes: forget = `{axes['forget'].text}` (lower is better), utility = `{axes['utility'].text}` (higher "
@@ -267,9 +297,9 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
         states = [p.state for p in coll.points if p.method == m]
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
     lines += ["", "## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
-              f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | utility over seeds | "
-              "seeds passing the bar | settings |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "
+              "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {}}
     for b in bests:
         if b.point is None:
@@ -280,12 +310,13 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
             miss = "" if i is None else (f"nearest: {mine[i].name}, {_fmt(axes['forget'](mine[i].metrics))} / "
                                          f"{_fmt(axes['utility'](mine[i].metrics))}, breaks "
                                          + "; ".join(bar.broken(mine[i].metrics, coll.original)))
-            lines.append(f"| {b.method} | none found | | | | | | | {miss} |")
+            lines.append(f"| {b.method} | none found | | | | | | | | {miss} |")
         else:
             m = b.point.metrics
             passing = sum(bar.passes(p.metrics, coll.original) for p in b.seeds)
             lines.append(f"| {b.method} | {b.point.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
                          f"{_fmt(axes['fluency'](m))} | {_spread([bar.forget(p.metrics) for p in b.seeds])} | "
+                         f"{_interval(ivs[b.method])} | "
                          f"{_spread([axes['utility'](p.metrics) for p in b.seeds])} | {passing} of {len(b.seeds)} | "
                          f"{_params(b.point)} |")
         summary["methods"][b.method] = {
@@ -294,21 +325,25 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
             "seeds": [bar.forget(p.metrics) for p in b.seeds],
             "seeds_utility": [axes["utility"](p.metrics) for p in b.seeds],
             "seeds_passing": sum(bar.passes(p.metrics, coll.original) for p in b.seeds),
+            "interval": None if b.point is None else dataclasses.asdict(ivs[b.method]),
             "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
                        "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
-    winners = sorted((b for b in bests if b.point is not None), key=lambda b: bar.forget(b.point.metrics))
+    groups = tied_groups(ivs)
     base = bar.forget(coll.original) if coll.original else math.nan
 
-    def won(b: Best) -> str:
-        f = bar.forget(b.point.metrics)  # type: ignore[union-attr]
-        return f"{b.method} {_fmt(f)}" + (" (forgets nothing: θ0's score)" if f >= base else "")
+    def won(method: str) -> str:
+        f = ivs[method].estimate
+        return f"{method} {_interval(ivs[method])}" + (" (forgets nothing: θ0's score)" if f >= base else "")
 
-    lines += ["", "Verdict: " + (", ".join(won(b) for b in winners)
-                                 + " (lowest forget score at matched utility first)" if winners
+    missing = [b.method for b in bests if b.point is None]
+    ranked = "; then ".join(("tied: " if len(g) > 1 else "") + ", ".join(won(m) for m in g) for g in groups)
+    lines += ["", "Verdict: " + (ranked + f" (lowest {bar.forget.text} at matched utility first; methods whose "
+                                 f"{level:.0%} intervals overlap the group's best are tied, not ranked)" if groups
                                  else "no method has a trial at matched utility")
-              + ("; none found for " + ", ".join(b.method for b in bests if b.point is None)
-                 if len(winners) < len(bests) and winners else "") + "."]
-    summary["verdict"] = [b.method for b in winners]
+              + ("; none found for " + ", ".join(missing) if missing and groups else "") + "."]
+    summary["verdict"] = [m for g in groups for m in g]
+    summary["tied"] = groups
+    summary["level"] = level
     lines += ["", "## Pareto fronts", ""]
     for m in methods:
         lines += [f"**{m}**", "", "| trial | forget | utility | fluency | settings |", "|---|---|---|---|---|"]
@@ -319,7 +354,9 @@ def build_report(coll: Collection) -> tuple[str, dict[str, Any], list[tuple[str,
     if stopped:
         lines += ["## Pruned and failed trials", ""] + [f"- {p.name} ({p.state}): {p.note} [{_params(p)}]"
                                                         for p in stopped] + [""]
-    figs = [("frontier.png", frontier_plot(coll, axes, front))]
+    same_axis = axes["forget"].text == bar.forget.text
+    ringed = {b.method: (b.point, ivs[b.method]) for b in bests if b.point is not None and same_axis}
+    figs = [("frontier.png", frontier_plot(coll, axes, front, ringed))]
     curves = curves_plot(front)
     if curves is not None:
         figs.append(("curves.png", curves))
@@ -363,15 +400,16 @@ def _html(markdown: str, figs: Sequence[tuple[str, Any]]) -> str:
            + "\n".join(body)
 
 
-def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None) -> Path:
+def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95) -> Path:
     """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
+    check_level(level)
     from obliviate.files import write_json_atomic
     from obliviate.report.plots import png_bytes
 
     coll = collect(dirs, storage)
     if not coll.points:
         raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
-    text, summary, figs = build_report(coll)
+    text, summary, figs = build_report(coll, level)
     out.mkdir(parents=True, exist_ok=True)
     page = _html(text, figs)
     for name, fig in figs:

@@ -383,6 +383,8 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
         return "failed"
     values = [e(res.metrics) for _, e in plan.objectives]
     trial.set_user_attr("metrics", res.metrics)
+    if res.rows:  # per-row values: compare's intervals resample them
+        trial.set_user_attr("rows", res.rows)
     trial.set_user_attr("curve", res.curve)
     trial.set_user_attr("seconds", res.seconds)
     trial.set_user_attr("steps", res.steps)

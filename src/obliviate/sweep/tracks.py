@@ -39,6 +39,7 @@ class TrialResult:
     seconds: float = 0.0
     best_step: int | None = None
     steps: int = 0
+    rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (intervals over rows)
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float | None]:
@@ -207,10 +208,11 @@ class Track:
                       cache_pool=self.pool)
         best = monitor.restore_best(student) if monitor is not None else None
         student.eval()
-        metrics = numbers(self.evaluate(student))
+        evaluation = self.evaluate(student)
+        metrics = numbers(evaluation)
         metrics["train_seconds"] = res.seconds
         return TrialResult(metrics, list(monitor.curve) if monitor is not None else [], res.seconds,
-                           time.perf_counter() - t0, best, len(res.history))
+                           time.perf_counter() - t0, best, len(res.history), dict(evaluation.get("rows") or {}))
 
 
 class KnowledgeTrack(Track):

@@ -1,0 +1,107 @@
+"""Intervals and ties: a percentile bootstrap of a score over rows and seeds, and the tie rule of the verdicts.
+
+A run's score (e.g. the bar's forget score, an expression over metrics) is a function of per-row means:
+`forget_accuracy` is the mean of 0/1 per forget fact, and so on. Given each seed's per-row values of those
+metrics, one bootstrap draw resamples the seeds with replacement and, within each seed, the rows of each
+metric group with replacement (one index draw per group of equal length, so metrics over the same rows stay
+paired), recomputes the means, evaluates the score per drawn seed and averages over the drawn seeds. The
+interval is the draws' (1 − level)/2 and (1 + level)/2 quantiles (Efron & Tibshirani 1993, ch. 13). Metrics
+given without per-row values enter each drawn seed as they are, so with one seed and no rows the interval
+is the point itself: nothing to resample, said so by `resampled`.
+
+Ties (`tied_groups`): sorted by estimate, best first; the best method and every remaining method whose
+interval overlaps the best's form one group of ties; the rest are grouped the same way. Methods in one
+group are reported as tied, never ranked among themselves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from obliviate.errors import ConfigError
+
+Score = Callable[[Mapping[str, Any]], float]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A score's estimate (the mean over seeds of the score on all rows), its bootstrap interval, the level, how
+    many seeds and rows per seed it rests on, and whether anything was resampled."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    seeds: int
+    rows: int
+    resampled: bool
+
+    def overlaps(self, other: "Interval") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def text(self, digits: int = 3) -> str:
+        if not self.resampled:
+            return f"{self.estimate:.{digits}f} (no interval: one seed, no per-row values)"
+        return (f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] "
+                f"({self.seeds} seed{'s' if self.seeds != 1 else ''} x {self.rows} rows)")
+
+
+def check_level(level: float) -> float:
+    """A confidence level strictly inside (0, 1), else a ConfigError naming it."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ConfigError(f"interval level {level!r} must lie strictly between 0 and 1, e.g. 0.95")
+    return float(level)
+
+
+def _means(rows: Mapping[str, np.ndarray], picks: Mapping[int, np.ndarray] | None) -> dict[str, float]:
+    """Each metric's mean over its rows (resampled by the index draw of its group length when `picks`)."""
+    return {k: float(v[picks[len(v)]].mean() if picks is not None else v.mean()) for k, v in rows.items()}
+
+
+def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str, Sequence[float]]]], *,
+              level: float = 0.95, draws: int = 2000, seed: int = 0,
+              derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Interval:
+    """Interval of `score` over seeds × rows (module docstring). seeds: one (metrics, per-row values) per seed;
+    per-row values: metric -> [N] numbers whose mean is that metric (they replace it in the score's input).
+    derive: recomputes metrics made from others (e.g. forget_score from its two accuracies) before scoring."""
+    level = check_level(level)
+    if derive is not None:
+        inner = score
+        score = lambda m: inner(derive(dict(m)))  # noqa: E731
+    if not seeds:
+        raise ValueError("bootstrap needs at least one seed")
+    tables = [({**m}, {k: np.asarray(v, dtype=np.float64) for k, v in r.items() if len(v)}) for m, r in seeds]
+    full = [score({**m, **_means(r, None)}) for m, r in tables]
+    estimate = float(np.mean(full))
+    resampled = len(tables) > 1 or bool(tables[0][1])
+    n_rows = max((len(v) for _, r in tables for v in r.values()), default=0)
+    if not resampled or np.isnan(estimate):
+        return Interval(estimate, estimate, estimate, level, len(tables), n_rows, False)
+    rng = np.random.default_rng(seed)
+    out = np.empty(draws)
+    for d in range(draws):
+        chosen = rng.integers(0, len(tables), size=len(tables))
+        vals = []
+        for s in chosen:
+            m, r = tables[s]
+            picks = {n: rng.integers(0, n, size=n) for n in sorted({len(v) for v in r.values()})}
+            vals.append(score({**m, **_means(r, picks)}))
+        out[d] = np.mean(vals)
+    low, high = np.nanquantile(out, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(estimate, float(low), float(high), level, len(tables), n_rows, True)
+
+
+def tied_groups(intervals: Mapping[str, Interval], lower_is_better: bool = True) -> list[list[str]]:
+    """Groups of tied methods, best group first (module docstring); NaN estimates go last, alone."""
+    sign = 1 if lower_is_better else -1
+    left = sorted((k for k in intervals if not np.isnan(intervals[k].estimate)),
+                  key=lambda k: sign * intervals[k].estimate)
+    groups = []
+    while left:
+        lead = intervals[left[0]]
+        group = [k for k in left if k == left[0] or intervals[k].overlaps(lead)]
+        groups.append(group)
+        left = [k for k in left if k not in group]
+    return groups + [[k] for k in intervals if np.isnan(intervals[k].estimate)]

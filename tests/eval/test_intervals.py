@@ -1,0 +1,67 @@
+"""Bootstrap intervals over rows and seeds, and the tie rule: hand-worked tables."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from obliviate.errors import ConfigError
+from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
+from obliviate.eval.score import parse_expr
+
+ACC = parse_expr("forget_accuracy")
+
+
+def test_a_constant_table_has_a_point_interval_and_one_seed_without_rows_has_none():
+    iv = bootstrap(ACC, [({}, {"forget_accuracy": [1, 1, 1, 1]})])
+    assert (iv.estimate, iv.low, iv.high, iv.resampled, iv.rows) == (1.0, 1.0, 1.0, True, 4)
+    bare = bootstrap(ACC, [({"forget_accuracy": 0.3}, {})])
+    assert (bare.estimate, bare.low, bare.high, bare.resampled) == (0.3, 0.3, 0.3, False)
+    assert "no interval" in bare.text()
+
+
+def test_two_rows_zero_and_one_span_the_whole_range():
+    """Resampling [0, 1] gives means 0, 0.5, 1 with chances 1/4, 1/2, 1/4: the 95% interval is [0, 1]."""
+    iv = bootstrap(ACC, [({}, {"forget_accuracy": [0, 1]})], draws=4000)
+    assert (iv.estimate, iv.low, iv.high) == (0.5, 0.0, 1.0)
+
+
+def test_twenty_rows_half_right_match_the_normal_approximation():
+    """p = 0.5 over 20 rows: 0.5 ± 1.96·sqrt(0.25/20) = [0.281, 0.719] (the bootstrap's steps are 0.05)."""
+    iv = bootstrap(ACC, [({}, {"forget_accuracy": [1] * 10 + [0] * 10})], draws=4000)
+    assert iv.estimate == 0.5 and abs(iv.low - 0.281) <= 0.07 and abs(iv.high - 0.719) <= 0.07
+    assert iv.low in {0.25, 0.3} and iv.high in {0.7, 0.75}
+
+
+def test_seeds_are_resampled_too_and_rows_stay_paired_within_a_group():
+    """Two seeds of constant rows, 0 and 1: only the seed draw varies, so the interval is [0, 1] and the estimate
+    their mean; a score of two metrics over the same rows (a − b with a = b row by row) is exactly 0 in every draw."""
+    iv = bootstrap(ACC, [({}, {"forget_accuracy": [0, 0, 0]}), ({}, {"forget_accuracy": [1, 1, 1]})], draws=2000)
+    assert (iv.estimate, iv.low, iv.high, iv.seeds) == (0.5, 0.0, 1.0, 2)
+    diff = parse_expr("a - b")
+    rows = {"a": [0, 1, 0, 1, 1], "b": [0, 1, 0, 1, 1]}
+    paired = bootstrap(diff, [({}, rows)])
+    assert (paired.low, paired.high) == (0.0, 0.0)
+
+
+def test_metrics_without_rows_enter_as_they_are():
+    score = parse_expr("forget_accuracy + bonus")
+    iv = bootstrap(score, [({"bonus": 1.0}, {"forget_accuracy": [0, 0]})])
+    assert (iv.estimate, iv.low, iv.high) == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9"])
+def test_a_level_outside_zero_one_is_refused(level):
+    with pytest.raises(ConfigError, match="strictly between 0 and 1"):
+        check_level(level)
+
+
+def test_overlapping_methods_are_tied_and_the_rest_ranked():
+    def iv(e, lo, hi):
+        return Interval(e, lo, hi, 0.95, 3, 20, True)
+
+    ivs = {"A": iv(0.10, 0.05, 0.20), "B": iv(0.15, 0.12, 0.30), "C": iv(0.40, 0.25, 0.50), "D": iv(0.60, 0.55, 0.7),
+           "E": iv(math.nan, math.nan, math.nan)}
+    # A leads; B overlaps A, C does not (0.25 > 0.20); then C leads, D does not overlap it (0.55 > 0.50)
+    assert tied_groups(ivs) == [["A", "B"], ["C"], ["D"], ["E"]]
+    assert tied_groups(ivs, lower_is_better=False) == [["D"], ["C", "B"], ["A"], ["E"]]  # B overlaps C (0.25 <= 0.30)
