@@ -299,3 +299,41 @@ def test_stale_trials_a_dead_worker_a_silent_one_and_one_that_never_named_its_wo
     got = study.get_trials()
     assert [t.state.name for t in got] == ["FAIL", "RUNNING", "FAIL", "FAIL", "RUNNING"]
     assert all(got[i].user_attrs.get("stale") for i in (0, 2, 3))
+
+
+def test_selection_never_reads_the_held_out_rows(base_file, tmp_path, monkeypatch):
+    """The same sweep twice, the second with every held-out row's outcome flipped after evaluation: each trial's
+    selection metrics and objective values are unchanged, its held-out report is not, and so is the best."""
+    from obliviate.eval import heldout, knowledge
+
+    held: set[str] = set()
+    real_cut, real_eval = heldout.report_ids, knowledge.evaluate_knowledge
+
+    def cut(*args, **kwargs):
+        held.update(real_cut(*args, **kwargs))
+        return set(held)
+
+    monkeypatch.setattr(heldout, "report_ids", cut)
+    space = {"train.lr": {"choices": [1e-3, 3e-3]}}
+    methods = {"GA": {"forget": "ga", "retain": "nll"}}
+    runs = {}
+    for name, poison in (("clean", False), ("poisoned", True)):
+        def evaluate(*args, **kwargs):
+            out = real_eval(*args, **kwargs)
+            if poison:
+                out["rows"] = {k: [1 - v if i in held else v for v, i in zip(vals, out["row_ids"][k])]
+                               for k, vals in out["rows"].items()}
+            return out
+
+        monkeypatch.setattr(knowledge, "evaluate_knowledge", evaluate)
+        out = tmp_path / name
+        run_sweep(_cfg(base_file, out, trials=2, sampler="grid", space=space, methods=methods), log=lambda s: None)
+        runs[name] = (_trials(out, "GA")[1], json.loads((out / "compare.json").read_text()))
+    assert held  # the knowledge track cut its rows
+    (clean, c_sum), (dirty, d_sum) = runs["clean"], runs["poisoned"]
+    for a, b in zip(clean, dirty):
+        strip = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+        assert strip(a.user_attrs["metrics"]) == strip(b.user_attrs["metrics"]) and a.values == b.values
+        assert a.user_attrs["report"]["metrics"] != b.user_attrs["report"]["metrics"]
+    assert (c_sum["methods"]["GA"]["best"] or {}).get("trial") == (d_sum["methods"]["GA"]["best"] or {}).get("trial")
+    assert c_sum["heldout"] is (c_sum["methods"]["GA"]["best"] is not None)

@@ -231,6 +231,15 @@ class KnowledgeSplit:
     def train_rows(self, group: str) -> list[QARow]:
         return [self.rows[f.id] for f in self.groups()[group]]
 
+    def max_eval_groups(self, max_eval: int | None) -> dict[str, list[Fact]]:
+        """The groups as evaluate_knowledge scores them: forget whole, the others' first max_eval facts."""
+        return {k: (v if k == "forget" or max_eval is None else v[:max_eval]) for k, v in self.groups().items()}
+
+    def without(self, ids: set[str]) -> "KnowledgeSplit":
+        """The same split with the facts whose ids are in `ids` left out of every group (the held-out rows)."""
+        keep = {k: [f for f in v if f.id not in ids] for k, v in self.groups().items()}
+        return KnowledgeSplit(keep["forget"], keep["neighbours"], keep["retain"], keep["heldout"], self.rows, self.pool)
+
 
 def split_known(facts: Sequence[Fact], replies: Sequence[str], *, forget_families: Sequence[str] = (),
                 forget_entities: Sequence[str] = (), retain_share: float = 0.5, max_forget: int | None = None,
@@ -343,26 +352,36 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
 
     `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole). `replies`
     (fact id -> greedy reply, e.g. the probe's replies of the same model) skips generating them again."""
-    from obliviate.eval.fluency import fluency_summary
+    from obliviate.eval.fluency import fluency_summary, is_degenerate, repetition_rate, token_entropy
     from obliviate.eval.generate import generate_answers
 
-    groups = {k: (v if k == "forget" or max_eval is None else v[:max_eval]) for k, v in split.groups().items()}
+    groups = split.max_eval_groups(max_eval)
     facts = [f for g in groups.values() for f in g]
     if replies is not None:
         replies = [replies[f.id] for f in facts]  # type: ignore[assignment]
     else:
         replies = generate_answers(model, tokenizer, [f.question for f in facts], max_new_tokens=max_new_tokens,
                                    batch_size=batch_size, desc="evaluating: answers")
-    out: dict[str, Any] = {"generations": {}, "rows": {}}
+    out: dict[str, Any] = {"generations": {}, "rows": {}, "row_ids": {}}
+
+    def per_row(name: str, values: Sequence[float], fs: Sequence[Fact]) -> None:
+        """Per-row values of a metric averaged over facts, with each row's fact id (intervals, held-out parts)."""
+        out["rows"][name], out["row_ids"][name] = [float(v) for v in values], [f.id for f in fs]
+
     start = 0
     for name, fs in groups.items():
         r = replies[start:start + len(fs)]
         start += len(fs)
         out[f"{name}_accuracy"], out["generations"][name] = accuracy(fs, r), r
-        out["rows"][f"{name}_accuracy"] = [float(is_correct(x, f)) for f, x in zip(fs, r)]
+        per_row(f"{name}_accuracy", [is_correct(x, f) for f, x in zip(fs, r)], fs)
     flu = fluency_summary(out["generations"]["forget"], tokenizer)
     out.update({f"forget_{k}": v for k, v in flu.items() if k != "n"})
     out["all_degenerate_share"] = fluency_summary(list(replies), tokenizer)["degenerate_share"]
+    forget_replies = out["generations"]["forget"]
+    per_row("forget_token_entropy", [token_entropy(g, tokenizer) for g in forget_replies], groups["forget"])
+    per_row("forget_repetition_rate", [repetition_rate(g) for g in forget_replies], groups["forget"])
+    per_row("forget_degenerate_share", [is_degenerate(g) for g in forget_replies], groups["forget"])
+    per_row("all_degenerate_share", [is_degenerate(g) for g in replies], facts)
     out["forget_generations"] = out["generations"]["forget"]
     pool = split.pool or [f for g in split.groups().values() for f in g]
     others = [f for k in ("neighbours", "retain", "heldout") for f in groups[k]]
@@ -372,7 +391,8 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
         right = (option_correct(model, tokenizer, items, [by_question[it.question] for it in items],
                                 batch_size=batch_size) if items else [])
         out[f"{name}_mcq_accuracy"] = float(np.mean(right)) if right else None
-        out["rows"][f"{name}_mcq_accuracy"] = right
+        of_question = {f.question: f for f in fs}
+        per_row(f"{name}_mcq_accuracy", right, [of_question[it.question] for it in items])
         out[f"{name}_mcq_n"] = len(items)
     return out
 

@@ -43,6 +43,7 @@ class Point:
     repeat_of: str | None = None
     note: str = ""
     rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (eval/intervals.py)
+    report: dict[str, Any] | None = None  # {metrics, rows} on held-out rows selection never read (eval/heldout.py)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Collection:
     original: dict[str, Any]
     kind: str
     sweep: dict[str, Any] | None = None  # the sweep's config (its bar and axes)
+    original_report: dict[str, Any] | None = None  # θ0 on the held-out rows (knowledge sweeps)
 
 
 def _numbers(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,13 +73,14 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                  "sweep first")
         storage = open_storage(url)
     prefix = f"{cfg.get('study', 'sweep')}/"
-    points, original, kind = [], {}, ""
+    points, original, kind, original_report = [], {}, "", None
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if not summary.study_name.startswith(prefix):
             continue
         method = summary.study_name[len(prefix):]
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         original = original or dict(study.user_attrs.get("original", {}))
+        original_report = original_report or study.user_attrs.get("original_report")
         kind = kind or study.user_attrs.get("track", "")
         for t in study.get_trials(deepcopy=False):
             ua = t.user_attrs
@@ -89,8 +92,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
             points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
-                                dict(ua.get("rows", {}))))
-    return Collection(points, original, kind, cfg)
+                                dict(ua.get("rows", {})), ua.get("report")))
+    return Collection(points, original, kind, cfg, original_report)
 
 
 def _result_points(directory: Path) -> Collection:
@@ -124,6 +127,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
         out.original = out.original or c.original
         out.kind = out.kind or c.kind
         out.sweep = out.sweep or c.sweep
+        out.original_report = out.original_report or c.original_report
     return out
 
 
@@ -271,11 +275,20 @@ def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     return fig
 
 
+def judged(p: Point) -> tuple[dict[str, Any], dict[str, list]]:
+    """(metrics, per-row values) a verdict reads of a point: its held-out report when the study kept one (rows the
+    selection never read), else what selection read."""
+    if p.report:
+        return dict(p.report.get("metrics") or {}), dict(p.report.get("rows") or {})
+    return p.metrics, p.rows
+
+
 def intervals(coll: Collection, bar: Bar, bests: Sequence[Best], level: float) -> dict[str, Interval]:
     """Each best's bar.forget with its bootstrap interval over its seeds and, where trials kept them, its rows
-    (eval/intervals.py); the knowledge track's forget_score is recomputed from its resampled accuracies."""
+    (eval/intervals.py), on the held-out rows when the study kept them; the knowledge track's forget_score is
+    recomputed from its resampled accuracies."""
     derive = with_forget_score if coll.kind == "knowledge" else None
-    return {b.method: bootstrap(bar.forget, [(p.metrics, p.rows) for p in b.seeds], level=level, derive=derive)
+    return {b.method: bootstrap(bar.forget, [judged(p) for p in b.seeds], level=level, derive=derive)
             for b in bests if b.point is not None}
 
 
@@ -329,7 +342,9 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
             "front": [{"trial": p.name, "forget": axes["forget"](p.metrics), "utility": axes["utility"](p.metrics),
                        "fluency": axes["fluency"](p.metrics), "params": p.params} for p in front[b.method]]}
     groups = tied_groups(ivs)
-    base = bar.forget(coll.original) if coll.original else math.nan
+    reference = coll.original_report if coll.original_report and any(b.point and b.point.report for b in bests) \
+        else coll.original
+    base = bar.forget(with_forget_score(dict(reference))) if reference else math.nan
 
     def won(method: str) -> str:
         f = ivs[method].estimate
@@ -337,6 +352,11 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
 
     missing = [b.method for b in bests if b.point is None]
     ranked = "; then ".join(("tied: " if len(g) > 1 else "") + ", ".join(won(m) for m in g) for g in groups)
+    held = all(p.report for b in bests if b.point is not None for p in b.seeds) and bool(groups)
+    lines += ["", ("Selection read one part of each group's rows; the verdict below is scored on the held-out part, "
+                   "which selection never read." if held else
+                   "Selection and verdict read the same rows (this study kept no held-out rows).")]
+    summary["heldout"] = held
     lines += ["", "Verdict: " + (ranked + f" (lowest {bar.forget.text} at matched utility first; methods whose "
                                  f"{level:.0%} intervals overlap the group's best are tied, not ranked)" if groups
                                  else "no method has a trial at matched utility")

@@ -385,6 +385,8 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     trial.set_user_attr("metrics", res.metrics)
     if res.rows:  # per-row values: compare's intervals resample them
         trial.set_user_attr("rows", res.rows)
+    if res.report is not None:  # the held-out rows' metrics: the verdict's, never read by selection
+        trial.set_user_attr("report", res.report)
     trial.set_user_attr("curve", res.curve)
     trial.set_user_attr("seconds", res.seconds)
     trial.set_user_attr("steps", res.steps)
@@ -474,6 +476,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         _check_study(study, plan)
     track = plan.track
     t0 = time.perf_counter()
+    if track.kind == "knowledge":
+        track.heldout_share, track.heldout_seed = cfg.heldout_share, cfg.seed
     track.prepare(log)
     from obliviate.modeling.sources import check_layer_indices
 
@@ -486,6 +490,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     for study in studies.values():
         if "original" not in study.user_attrs:
             study.set_user_attr("original", track.original)
+            if track.original_report is not None:
+                study.set_user_attr("original_report", track.original_report["metrics"])
             study.set_user_attr("original_quick", json.loads(json.dumps(track.original_quick, default=str)))
     log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")
     outcomes: dict[str, int] = {}

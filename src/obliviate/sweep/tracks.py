@@ -40,6 +40,7 @@ class TrialResult:
     best_step: int | None = None
     steps: int = 0
     rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (intervals over rows)
+    report: dict[str, Any] | None = None  # {metrics, rows} on the held-out rows selection never reads
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float | None]:
@@ -143,7 +144,11 @@ class Track:
         self.tok: Any = None
         self.original: dict[str, float | None] = {}
         self.original_quick: dict[str, float | None] = {}
+        self.original_report: dict[str, Any] | None = None
         self.pool: Any = None
+        self.heldout_share: float | None = None  # the sweep's heldout_share (knowledge track), set before prepare
+        self.heldout_seed = 0
+        self.held_out: set[str] | None = None
 
     # the base's methods and training section ------------------------------------------------------------
     def methods(self) -> dict[str, dict[str, Any]]:
@@ -208,11 +213,15 @@ class Track:
                       cache_pool=self.pool)
         best = monitor.restore_best(student) if monitor is not None else None
         student.eval()
-        evaluation = self.evaluate(student)
-        metrics = numbers(evaluation)
+        metrics, rows, report = self.parts(self.evaluate(student))
         metrics["train_seconds"] = res.seconds
         return TrialResult(metrics, list(monitor.curve) if monitor is not None else [], res.seconds,
-                           time.perf_counter() - t0, best, len(res.history), dict(evaluation.get("rows") or {}))
+                           time.perf_counter() - t0, best, len(res.history), rows, report)
+
+    def parts(self, evaluation: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, list], dict | None]:
+        """(the metrics selection reads, their per-row values, the held-out report {metrics, rows} or None): here
+        every row is read by both; the knowledge track cuts its rows in two (eval/heldout.py)."""
+        return numbers(evaluation), dict(evaluation.get("rows") or {}), None
 
 
 class KnowledgeTrack(Track):
@@ -252,14 +261,33 @@ class KnowledgeTrack(Track):
         log(f"probed {len(facts)} facts: forget {len(s.forget)}, neighbours {len(s.neighbours)}, retain {len(s.retain)}, "
             f"held out {len(s.heldout)}")
         probe = {f.id: r for f, r in zip(facts, replies)}
-        self.original = numbers(self._evaluate(self.model, None, probe))
+        if self.heldout_share is not None:
+            from obliviate.eval.heldout import report_ids
+
+            cap = s.max_eval_groups(cfg.knowledge.max_eval)
+            self.held_out = report_ids({g: [f.id for f in fs] for g, fs in cap.items()}, self.heldout_share,
+                                       self.heldout_seed)
+            log(f"held out for the verdict: {len(self.held_out)} of {sum(map(len, cap.values()))} evaluation rows "
+                f"(heldout_share {self.heldout_share:g}); selection reads the others")
+        self.original, _, self.original_report = self.parts(self._evaluate(self.model, None, probe))
+
+    def parts(self, evaluation: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, list], dict | None]:
+        if self.held_out is None:
+            return super().parts(evaluation)
+        from obliviate.eval.heldout import part
+
+        select, select_rows = part(evaluation, self.held_out, report=False)
+        report, report_rows = part(evaluation, self.held_out, report=True)
+        return numbers(select), select_rows, {"metrics": numbers(report), "rows": report_rows}
 
     def _evaluate(self, model: Any, rows: int | None, replies: dict | None = None) -> dict[str, Any]:
         from obliviate.eval.knowledge import KnowledgeSplit, evaluate_knowledge
         from obliviate.eval.score import forget_score
 
         kc, s = self.cfg.knowledge, self.split
-        if rows is not None:  # every group capped, the forget group too (a cheap look during training)
+        if rows is not None:  # every group capped, the forget group too (a cheap look during training) ...
+            if self.held_out is not None:  # ... at the rows selection may read
+                s = s.without(self.held_out)
             s = KnowledgeSplit(s.forget[:rows], s.neighbours[:rows], s.retain[:rows], s.heldout[:rows], s.rows, s.pool)
         out = evaluate_knowledge(model, self.tok, s, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
                                  max_eval=kc.max_eval if rows is None else None, seed=self.cfg.seed, replies=replies)
