@@ -337,3 +337,8 @@ def test_selection_never_reads_the_held_out_rows(base_file, tmp_path, monkeypatc
         assert a.user_attrs["report"]["metrics"] != b.user_attrs["report"]["metrics"]
     assert (c_sum["methods"]["GA"]["best"] or {}).get("trial") == (d_sum["methods"]["GA"]["best"] or {}).get("trial")
     assert c_sum["heldout"] is (c_sum["methods"]["GA"]["best"] is not None)
+    if c_sum["methods"]["GA"]["best"] is not None:  # the verdict's estimate is the held-out report's score
+        number = int(c_sum["methods"]["GA"]["best"]["trial"].split("#")[1])
+        for (trials, summary) in runs.values():
+            report = trials[number].user_attrs["report"]["metrics"]
+            assert summary["methods"]["GA"]["interval"]["estimate"] == pytest.approx(report["forget_score"])
