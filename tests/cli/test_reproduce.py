@@ -132,7 +132,6 @@ def test_a_tables_evaluations_run_after_each_row_and_resume_on_their_own(repo: P
     whose evaluation is missing re-runs only the evaluation."""
     import dataclasses
 
-    from obliviate.published import Table
 
     items = [{"question": f"Which town is number {i}?", "choices": [f"town {i}", "a", "b", "c"], "answer": 0}
              for i in range(4)]
