@@ -159,6 +159,7 @@ def test_the_teacher_map_replies_per_setting(small_world, trained_small, small_t
                  f"output_dir={out}"]) == 0
     printed = capsys.readouterr().out
     assert "| θ0 | — |" in printed and "facts drop, fluent" in printed
+    assert (out / "teacher_map.png").read_bytes()[:4] == b"\x89PNG" and "teacher_map.png" in (out / "calibration.md").read_text()
     res = json.loads((out / "calibration.json").read_text())
     assert [g["layers"] for g in res["grid"]] == [[0], [0], [1], [1]]  # windows of width 1 at layers 0 and 1
     for g in res["grid"]:

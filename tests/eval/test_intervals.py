@@ -65,3 +65,10 @@ def test_overlapping_methods_are_tied_and_the_rest_ranked():
     # A leads; B overlaps A, C does not (0.25 > 0.20); then C leads, D does not overlap it (0.55 > 0.50)
     assert tied_groups(ivs) == [["A", "B"], ["C"], ["D"], ["E"]]
     assert tied_groups(ivs, lower_is_better=False) == [["D"], ["C", "B"], ["A"], ["E"]]  # B overlaps C (0.25 <= 0.30)
+
+
+def test_the_interval_is_the_two_sided_quantiles_of_the_draws():
+    """40 rows, half right: a draw's mean is Binomial(40, 1/2)/40. P(X ≤ 25) = 0.960 and P(X ≤ 26) = 0.981, so the
+    97.5% quantile is 26/40 = 0.65 (a one-sided 95% bound would be 25/40); by symmetry the 2.5% one is 14/40."""
+    iv = bootstrap(ACC, [({}, {"forget_accuracy": [1] * 20 + [0] * 20})], draws=4000)
+    assert (iv.low, iv.high) == (0.35, 0.65)

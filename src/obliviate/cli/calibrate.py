@@ -27,6 +27,7 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     from obliviate.files import write_json
     from obliviate.modeling.load import atomic_dir
     from obliviate.report.markdown import calibration_table
+    from obliviate.report.plots import png_bytes, teacher_map_plot
 
     rows = preflight_calibrate(cfg)
     model, tok = load_model(cfg.model)
@@ -50,5 +51,9 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     if cfg.output_dir:
         with atomic_dir(cfg.output_dir, cfg.overwrite, {"model.path": cfg.model.path, "source": cfg.source}) as out:
             write_json(out / "calibration.json", {"config": to_dict(cfg), **res})
+            heat = teacher_map_plot(res)
+            if heat is not None:  # the teacher map as heat-maps, linked from the table
+                (out / "teacher_map.png").write_bytes(png_bytes(heat))
+                text += "\n\n![teacher map: forget recall and degenerate share per τ and layers](teacher_map.png)"
             (out / "calibration.md").write_text(text + "\n", encoding="utf-8")
     return res

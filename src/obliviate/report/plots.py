@@ -1,4 +1,4 @@
-"""Results -> matplotlib Figures (training curves, headline bars, token shifts, attention entropy).
+"""Results -> matplotlib Figures (training curves, headline bars, token shifts, attention entropy, the teacher map).
 
 Every plot function is pure: it reads the results mapping (see `report.markdown`) and returns a
 Figure, or None when the results hold none of its data. Figures are built with `Figure()` on an Agg
@@ -180,6 +180,39 @@ PLOTS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Figure | None]], ...]
     ("token_shift", "Mean per-token log-prob change on the forget answers against the target model.", token_shift_plot),
     ("attention", "Mean attention entropy per layer.", attention_entropy_plot),
 )
+
+
+def teacher_map_plot(res: Mapping[str, Any]) -> Figure | None:
+    """The teacher map as two heat-maps over (layers, τ): the teacher's forget recall and the degenerate share of its
+    forget replies; points where facts drop while the replies stay fluent are ringed (None without replies)."""
+    grid = [g for g in res.get("grid", []) if g.get("forget")]
+    if not grid:
+        return None
+    taus = sorted({g["tau"] for g in grid})
+    windows = list(dict.fromkeys("all" if g["layers"] is None else _span(g["layers"]) for g in grid))
+    fig = new_figure(2.2 + 0.55 * len(taus) * 2, 1.2 + 0.32 * len(windows))
+    for k, (key, title) in enumerate((("recall", "forget recall (θ0 {:.2f})"), ("degenerate", "degenerate share"))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        cells = [[math.nan] * len(taus) for _ in windows]
+        for g in grid:
+            w = windows.index("all" if g["layers"] is None else _span(g["layers"]))
+            cells[w][taus.index(g["tau"])] = g["forget"][key]
+        im = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis" if key == "recall" else "magma_r", aspect="auto")
+        for g in grid:
+            if g.get("fluent_forgetting"):
+                ax.scatter([taus.index(g["tau"])], [windows.index("all" if g["layers"] is None else _span(g["layers"]))],
+                           s=160, facecolors="none", edgecolors="white" if key == "recall" else "black", linewidths=2)
+        ax.set_xticks(range(len(taus)), [f"{t:g}" for t in taus])
+        ax.set_yticks(range(len(windows)), windows if k == 0 else [""] * len(windows))
+        ax.set_xlabel("τ")
+        ax.set_title(title.format(res.get("base", {}).get("forget", {}).get("recall", math.nan)), fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.axes[0].set_ylabel("smoothed layers")
+    return fig
+
+
+def _span(layers: Any) -> str:
+    return f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else str(layers[0])
 
 
 def figures(results: Mapping[str, Any]) -> list[tuple[str, str, Figure]]:
