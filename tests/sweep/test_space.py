@@ -1,6 +1,7 @@
 """The search space: every dimension form, its checks before anything runs, sampling and a trial's settings."""
 from __future__ import annotations
 
+import json
 import optuna
 import pytest
 
@@ -111,3 +112,49 @@ def test_a_key_may_hold_one_range_per_group_of_methods():
             parse_space({"method.alpha": bad}, METHODS, TrainConfig())
     with pytest.raises(ConfigError, match="an empty list"):
         parse_space({"method.alpha": []}, METHODS, TrainConfig())
+
+
+def _map(tmp_path, points, replies=True, name="calibration.json"):
+    """A calibration.json: grid points (tau, layers, fluent) and θ0's replies when `replies`."""
+    grid = [{"tau": t, "layers": layers, "fluent_forgetting": fluent} for t, layers, fluent in points]
+    data = {"grid": grid, **({"base": {"forget": {"recall": 1.0}}} if replies else {})}
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_teacher_map_gives_asu_its_fluent_forgetting_points(tmp_path):
+    """Only the points where facts drop while replies stay fluent become choices; a trial sets τ and layers
+    together and keeps the base's other forget arguments."""
+    from obliviate.config import TrainConfig
+    from obliviate.sweep.space import parse_space, trial_settings
+
+    path = _map(tmp_path, [(4.0, [1], True), (8.0, [0], False), (2.3, None, True)])
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": [0], "reduction": "example"},
+                       "retain": "kl"}, "GD": {"forget": "ga", "retain": "nll"}}
+    dims = parse_space({"method.forget_args": {"teacher_map": str(path), "methods": ["ASU"]}}, methods, TrainConfig())
+    (dim,) = dims
+    assert dim.choices == ({"tau": 4.0, "layers": [1]}, {"tau": 2.3, "layers": None}) and dim.methods == ("ASU",)
+    m, _ = trial_settings(methods["ASU"], TrainConfig(), {"method.forget_args": dim.value(dim.labels()[0])})
+    assert m.forget_args == {"tau": 4.0, "layers": [1], "reduction": "example"}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "cannot read"), ("no_replies", "is not a teacher map"), ("none_fluent", "no point of"),
+    ("other_key", "a teacher map sets method.forget_args"), ("all_methods", "GD"),
+])
+def test_teacher_map_dimensions_refuse_what_cannot_work(case, message, tmp_path):
+    from obliviate.config import TrainConfig
+    from obliviate.errors import ConfigError
+    from obliviate.sweep.space import parse_space
+
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.0}, "retain": "kl"},
+               "GD": {"forget": "ga", "retain": "nll"}}
+    path = {"missing": tmp_path / "nope.json",
+            "no_replies": _map(tmp_path, [(4.0, [0], True)], replies=False, name="plain.json"),
+            "none_fluent": _map(tmp_path, [(4.0, [0], False)], name="none.json")}.get(case) \
+        or _map(tmp_path, [(4.0, [0], True)])
+    key = "method.forget_args.tau" if case == "other_key" else "method.forget_args"
+    spec = {"teacher_map": str(path)} if case == "all_methods" else {"teacher_map": str(path), "methods": ["ASU"]}
+    with pytest.raises(ConfigError, match=message):
+        parse_space({key: spec}, methods, TrainConfig())

@@ -485,6 +485,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         if d.key == "method.forget_args.layers":
             for value in d.extremes():
                 check_layer_indices(value, track.layers(), f"space.{d.key}")
+        if d.key == "method.forget_args":  # a teacher map's points (made on another model?)
+            for value in d.extremes():
+                check_layer_indices(value.get("layers"), track.layers(), f"space.{d.key} (teacher map)")
     if cfg.eval_every_steps is not None:
         track.original_quick = track.quick(track.model, cfg.eval_rows)
     for study in studies.values():

@@ -10,6 +10,9 @@ A dimension is one of
   {float: [low, high], log: false, step: null}   a real range (log: sampled on a log scale)
   {int: [low, high], log: false, step: 1}        an integer range
   {choices: [a, b, ...]}                         a list of values (any YAML value: layer sets are lists)
+  {teacher_map: PATH}                            key method.forget_args only: the (τ, layers) points of a
+                                                 teacher map (calibration.json of `obliviate calibrate
+                                                 replies=true`) where facts drop while replies stay fluent
 with an optional `methods: [names]` that limits it to those methods (τ only for ASU, β only for NPO). A key may
 hold a list of dimensions, each for its own methods (RMU's retain weight lives on another scale than NPO's).
 """
@@ -25,8 +28,9 @@ from typing import Any, Mapping, Sequence
 from obliviate.config import MethodConfig, TrainConfig, build
 from obliviate.errors import ConfigError, ObliviateError
 
-KINDS = ("float", "int", "choices")
-_DIM_KEYS = {"float", "int", "choices", "log", "step", "methods"}
+KINDS = ("float", "int", "choices", "teacher_map")
+_DIM_KEYS = {"float", "int", "choices", "teacher_map", "log", "step", "methods"}
+MAP_KEY = "method.forget_args"  # the one key a teacher_map dimension sets: τ and layers together
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,11 @@ def parse_dim(key: str, raw: Any, method_names: Sequence[str]) -> Dim:
     log, step = raw.get("log", False), raw.get("step")
     if not isinstance(log, bool):
         raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
+    if (kind == "teacher_map") != (key == MAP_KEY):
+        raise ConfigError(f"{where}: a teacher map sets {MAP_KEY} (τ and layers together): write "
+                          f"{MAP_KEY}: {{teacher_map: calibration.json}}, and other keys as float, int or choices")
+    if kind == "teacher_map":
+        return Dim(key, "choices", choices=tuple(map_points(raw["teacher_map"])), methods=tuple(methods))
     if kind == "choices":
         choices = raw["choices"]
         if not isinstance(choices, list) or not choices:
@@ -138,6 +147,7 @@ def valid_keys(methods: Mapping[str, Mapping[str, Any]]) -> list[str]:
                      "method.combine.gru_gamma"]
         elif f.name not in ("forget_args", "retain_args"):
             keys.append(f"method.{f.name}")
+    keys.append(MAP_KEY)
     for raw in methods.values():
         forget, retain = raw.get("forget", MethodConfig.forget), raw.get("retain", MethodConfig.retain)
         if forget in FORGET.names():
@@ -167,6 +177,8 @@ def trial_settings(method: Mapping[str, Any], train: TrainConfig, params: Mappin
             _set(t, "train.seed", value)
         elif key.startswith("train."):
             _set(t, key, value)
+        elif key == MAP_KEY:  # a teacher map's point: τ and layers set, the other forget_args kept
+            m["method"]["forget_args"] = {**(m["method"].get("forget_args") or {}), **value}
         else:
             _set(m, key, value)
     try:
@@ -199,6 +211,28 @@ def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]]
             _check_dim(dim, key, methods, train)
         dims += mine
     return dims
+
+
+def map_points(path: Any) -> list[dict[str, Any]]:
+    """The points of a teacher map where facts drop while the replies stay fluent, as forget_args updates
+    [{tau, layers}] (eval/analysis.fluent_forgetting); a missing file, a calibration without replies or a map
+    without such a point is a ConfigError saying what to run."""
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"space.{MAP_KEY}.teacher_map: cannot read {path} ({exc}); write a map with obliviate "
+                          "calibrate replies=true output_dir=DIR (DIR/calibration.json)") from None
+    if not isinstance(data, dict) or "base" not in data or not isinstance(data.get("grid"), list):
+        raise ConfigError(f"space.{MAP_KEY}.teacher_map: {path} is not a teacher map (a calibration without "
+                          "replies); run obliviate calibrate replies=true")
+    points = [{"tau": g["tau"], "layers": g["layers"]} for g in data["grid"] if g.get("fluent_forgetting")]
+    if not points:
+        raise ConfigError(f"space.{MAP_KEY}.teacher_map: no point of {path} forgets while its replies stay fluent; "
+                          "map more of τ and the layers (taus, window_widths) or relax recall_ratio / degenerate_max")
+    return points
 
 
 def _check_dim(dim: Dim, key: str, methods: Mapping[str, Mapping[str, Any]], train: TrainConfig) -> None:
