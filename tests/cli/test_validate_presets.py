@@ -38,6 +38,7 @@ def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
         (corpora / f"bio-{side}-corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["prepare", "rwku", "--source", str(rwku_source), "--out", str(root / "data/rwku/Batch/1-50")]) == 0
     (root / "configs").symlink_to(ROOT / "configs")
+    (root / "docs").symlink_to(ROOT / "docs")  # a sweep's teacher map (docs/teacher_map/...)
     return root
 
 
