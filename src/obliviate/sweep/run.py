@@ -349,6 +349,7 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     """Run one asked trial and tell the study its outcome; the outcome's name."""
     from optuna.trial import TrialState
 
+    from obliviate.progress import on_terminal
     from obliviate.train.monitor import StopRun
 
     track, cfg = plan.track, plan.cfg
@@ -363,7 +364,10 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     try:
         with Heartbeat(study, trial._trial_id, min(30.0, cfg.stale_after_s / 4)):
             method_cfg, train_cfg = trial_settings(plan.methods[method], track.train, params, f"trial of {method}")
-            train_cfg = dataclasses.replace(train_cfg, progress=False)  # one line per trial instead of a bar
+            live = not on_terminal()  # in a log, the loop's lines show a trial is alive; on a terminal, one line
+            train_cfg = dataclasses.replace(train_cfg, progress=live)
+            if live:
+                log(f"{label}: training")
             monitor = _monitor(plan, track.original_quick)
             res = track.run(method_cfg, train_cfg, monitor)
     except StopRun as stop:
