@@ -344,3 +344,17 @@ def test_bad_evaluation_during_training_is_refused_before_loading(world_dir, tar
         out = tmp_path / "x"
         assert main(base + extra + [f"output_dir={out}"]) == 2
         assert msg in capsys.readouterr().err and not out.exists()
+
+
+def test_every_commands_help_renders_its_own_text():
+    """argparse %-formats help strings: a bare % prints its internals instead of the text."""
+    import argparse
+
+    from obliviate.cli import COMMANDS, parser
+
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in COMMANDS:
+        text = sub.choices[name].format_help()
+        assert "option_strings" not in text and "%(" not in text, name
+    audit = sub.choices["audit"].format_help()
+    assert "(the 100% reference)" in " ".join(audit.split()) and "(the 0% reference)" in " ".join(audit.split())

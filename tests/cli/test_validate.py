@@ -96,3 +96,25 @@ def test_validate_as_an_unknown_command_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate", "--as", "train", "--config", str(CONFIGS / "demo.yaml")])
     assert exc.value.code == 2 and "invalid choice: 'train'" in capsys.readouterr().err
+
+
+def test_a_sweep_files_base_and_teacher_map_are_found_from_its_own_folder(tmp_path, monkeypatch, capsys):
+    """`base: configs/demo.yaml` and a teacher map under docs/ are written from the repository root; validating
+    the sweep file from any other folder still finds them (from the sweep file's folder up)."""
+    from pathlib import Path
+
+    from obliviate.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["validate", "--offline", "--config", str(root / "configs" / "sweep" / "demo.yaml")]) == 0
+    assert f"base: {root / 'configs' / 'demo.yaml'}" in capsys.readouterr().out
+    heldout = root / "configs" / "sweep" / "smollm2_capitals_heldout.yaml"
+    assert main(["validate", "--offline", "--config", str(heldout)]) == 0
+    assert "method.forget_args (choices for ASU)" in capsys.readouterr().out
+    stray = tmp_path / "stray.yaml"  # a base that exists nowhere is still named as written
+    stray.write_text("base: configs/nowhere.yaml\nspace: {train.lr: {float: [1.0e-5, 1.0e-4]}}\n")
+    assert main(["validate", "--offline", "--config", str(stray)]) == 2
+    assert "configs/nowhere.yaml" in capsys.readouterr().err

@@ -8,9 +8,9 @@ from obliviate.config.audit import ATTACKS, AuditConfig
 
 HELP = "attack an unlearned model (relearning, quantisation, paraphrases, MIA) and say how much knowledge came back"
 FLAGS = (("--model", "model", "the unlearned model directory"),
-         ("--original", "original", "the model before unlearning (the 100% reference)"),
+         ("--original", "original", "the model before unlearning (the 100%% reference)"),
          ("--data", "data", "data directory / file / hub id holding the forget split (e.g. obliviate-demo/world)"),
-         ("--retain-model", "retain_model", "a model never trained on the forget set (the 0% reference)"),
+         ("--retain-model", "retain_model", "a model never trained on the forget set (the 0%% reference)"),
          ("--output", "output", "directory for audit.json, report.md and report.html"),
          ("--forget-split", "forget_split", "forget split (default forget10; its _perturbed file when present)"),
          ("--retain-split", "retain_split", "retain split (default retain{100-N})"),

@@ -93,6 +93,10 @@ def resolve(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any | None:
             print(f"{key:<36} {default!r:<24} {text}")
         return None
     cfg = config.load_config(command_class(args), args.config, list(extra) + list(args.overrides))
+    from obliviate.sweep.config import SweepConfig, anchored
+
+    if isinstance(cfg, SweepConfig) and args.config:  # its base and teacher maps, from the sweep file's folder up
+        cfg = anchored(cfg, args.config)
     if args.show_config:
         print(yaml.safe_dump(config.to_dict(cfg), sort_keys=False))
         return None

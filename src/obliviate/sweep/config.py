@@ -1,7 +1,10 @@
 """`obliviate sweep` configuration: a base run config, the methods, a search space, objectives and a budget."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from obliviate.config.fields import require, setting
 
@@ -64,3 +67,30 @@ class SweepConfig:
         require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",
                  self.eval_every_steps, "set (>= 1) when keep_best or prune is used: both read the evaluations "
                                         "during training")
+
+
+def locate(path: str, anchor: Path) -> str:
+    """A relative path a sweep file names (its base, a teacher map): as given when it exists from the current
+    folder, else the first match in the sweep file's folder or one of its parents (a path written from the
+    repository root works from anywhere), else as given (the error that follows names it)."""
+    if not path or Path(path).is_absolute() or Path(path).exists():
+        return path
+    for folder in [anchor, *anchor.parents]:
+        if (folder / path).exists():
+            return str(folder / path)
+    return path
+
+
+def anchored(cfg: SweepConfig, sweep_file: str | Path) -> SweepConfig:
+    """`cfg` with its base and teacher-map paths located from `sweep_file` (locate)."""
+    anchor = Path(sweep_file).resolve().parent
+    space = {key: ([_anchor_dim(d, anchor) for d in spec] if isinstance(spec, list) else _anchor_dim(spec, anchor))
+             for key, spec in cfg.space.items()}
+    return dataclasses.replace(cfg, base=locate(cfg.base, anchor), space=space)
+
+
+def _anchor_dim(spec: Any, anchor: Path) -> Any:
+    if isinstance(spec, dict) and isinstance(spec.get("teacher_map"), str):
+        return {**spec, "teacher_map": locate(spec["teacher_map"], anchor)}
+    return spec
+
