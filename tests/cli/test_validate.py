@@ -118,3 +118,25 @@ def test_a_sweep_files_base_and_teacher_map_are_found_from_its_own_folder(tmp_pa
     stray.write_text("base: configs/nowhere.yaml\nspace: {train.lr: {float: [1.0e-5, 1.0e-4]}}\n")
     assert main(["validate", "--offline", "--config", str(stray)]) == 2
     assert "configs/nowhere.yaml" in capsys.readouterr().err
+
+
+def test_layers_the_real_model_lacks_are_caught_before_and_after_conversion(tmp_path, monkeypatch, capsys):
+    """configs/demo_real.yaml with ASU on layer 40 of the 30-layer SmolLM2: refused from the GGUF header alone (an
+    empty cache: nothing converted), and from the converted config.json, which says the same count."""
+    from pathlib import Path
+
+    from obliviate.cli import main
+    from obliviate.modeling import gguf
+    from obliviate.modeling.sources import model_config
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.chdir(root)
+    assert model_config("smollm2-135m-instruct") == {"num_hidden_layers": 30}
+    assert gguf.header_layers(tmp_path / "missing.gguf") is None
+    args = ["validate", "--config", "configs/demo_real.yaml", "methods.ASU_KL_tau2.forget_args.layers=[40]"]
+    assert main(args) == 2
+    assert "methods.ASU_KL_tau2: method.forget_args.layers=[40]: layer index 40 is out of range for this model, " \
+           "which has 30 layers" in capsys.readouterr().err
+    assert main(args[:3]) == 0 and ", 30 layers" in capsys.readouterr().out
+    assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").rglob("*.safetensors"))

@@ -169,15 +169,28 @@ def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -
     """Checks of the real-model demo before the model loads (also `obliviate validate`): the output directory,
     the facts and TOFU splits, the forget families, every method, the model source; (the facts, lines for
     `validate`)."""
+    from obliviate.errors import ConfigError
     from obliviate.files import check_output_dir
-    from obliviate.modeling.sources import check_model_source
+    from obliviate.modeling.sources import check_model_source, layer_count, model_config
 
     if need_output or cfg.output_dir:
         check_output_dir(cfg.output_dir, cfg.overwrite)
     facts = _checked_facts(cfg)
+    model_line = "model: " + check_model_source(cfg.model.path, "model.path")
+    n_layers = layer_count(model_config(cfg.model.path))
+    if n_layers is not None:  # every method's layers exist in the model (the GGUF header counts them too)
+        from obliviate.preflight import check_method_layers
+        from obliviate.train.unlearn import resolve_method
+
+        for name, method in cfg.method_configs(Teacher().as_args()).items():
+            try:
+                check_method_layers(method, resolve_method(method), n_layers)
+            except ConfigError as exc:
+                raise ConfigError(f"methods.{name}: {exc}") from None
+        model_line += f", {n_layers} layers"
     lines = [f"facts: {len(facts)} to probe in {len({f.family for f in facts})} families; forget "
              f"{', '.join(map(str, cfg.knowledge.forget_families)) or 'entities ' + str(cfg.knowledge.forget_entities)}",
-             "model: " + check_model_source(cfg.model.path, "model.path"),
+             model_line,
              "methods: " + ", ".join(cfg.methods) + (" (tau: auto is calibrated first)" if cfg.needs_calibration()
                                                      else "")]
     return facts, lines

@@ -90,6 +90,19 @@ def cached_dir(file: Path, cache: Path | None = None) -> Path:
     return (cache or cache_root()) / "gguf" / file_sha256(file)[:16]
 
 
+def header_layers(file: Path) -> int | None:
+    """The decoder layer count a GGUF file's header states (`<architecture>.block_count`), read without loading any
+    tensor; None when the file or the key cannot be read."""
+    try:
+        from gguf import GGUFReader
+
+        fields = GGUFReader(str(file)).fields
+        arch = bytes(fields["general.architecture"].parts[-1]).decode()
+        return int(fields[f"{arch}.block_count"].parts[-1][0])
+    except Exception:  # no gguf package, a damaged header, another layout: the caller says it could not check
+        return None
+
+
 def _read_gguf(file: Path) -> tuple[Any, Any]:
     """(model, tokenizer) dequantised by transformers; unsupported architectures and bad files are clear errors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

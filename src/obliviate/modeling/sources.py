@@ -112,9 +112,13 @@ def model_config(path: str) -> dict | None:
     """The model's config.json as a dict when it can be read without loading weights or the network."""
     if gguf.is_gguf_source(path):
         try:
-            file = Path(gguf.cached_dir(gguf.gguf_file(path))) / "config.json"
+            source = gguf.gguf_file(path)
+            file = Path(gguf.cached_dir(source)) / "config.json"
         except ObliviateError:
             return None
+        if not file.is_file():  # not converted yet: the header still says how many layers
+            n = gguf.header_layers(source)
+            return None if n is None else {"num_hidden_layers": n}
     elif Path(path).expanduser().is_dir():
         file = Path(path).expanduser() / "config.json"
     else:
