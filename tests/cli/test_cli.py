@@ -358,3 +358,22 @@ def test_every_commands_help_renders_its_own_text():
         assert "option_strings" not in text and "%(" not in text, name
     audit = sub.choices["audit"].format_help()
     assert "(the 100% reference)" in " ".join(audit.split()) and "(the 0% reference)" in " ".join(audit.split())
+
+
+def test_ls_lists_every_preset_with_its_first_whole_sentence():
+    from pathlib import Path
+
+    from obliviate.cli.ls import first_sentence, list_components
+
+    assert first_sentence("# Second demo: retention first. NPO+GD unlearned\n# with the sum.\nkey: 1\n") == \
+        "Second demo: retention first."
+    assert first_sentence("# A line that goes on\n# to the next (e.g. here) and ends.\n# More.\n") == \
+        "A line that goes on to the next (e.g. here) and ends."
+    assert first_sentence("key: 1\n") == ""
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    text = list_components()
+    listed = text.split("presets (", 1)[1].splitlines()[1:]
+    assert len(listed) == len(list(configs.rglob("*.yaml")))
+    assert any(line.split()[0] == "gpu/asu_tofu_llama2_7b/asu_kl_forget10.yaml" for line in listed)
+    for line in listed:  # no summary cut mid-sentence
+        assert line.rstrip().endswith((".", ")", ":")) or len(line.split()) == 1, line

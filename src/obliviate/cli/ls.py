@@ -18,10 +18,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preset_line(path: Path) -> str:
-    """A preset's relative path and the first line of its header comment."""
-    first = path.read_text(encoding="utf-8").splitlines()[0] if path.stat().st_size else ""
-    return f"  {path.relative_to(path.parents[1] if path.parent.name != 'configs' else path.parent)!s:<28} {first.lstrip('# ')}"
+def first_sentence(text: str) -> str:
+    """The first sentence of a YAML file's header comment (its leading `#` lines joined), whole."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    words = " ".join(lines).split()
+    for i, word in enumerate(words):
+        if word.endswith((".", ".)", "?", "!")) and not word.endswith(("e.g.", "i.e.", "vs.", "etc.")):
+            return " ".join(words[: i + 1])
+    return " ".join(words)
+
+
+def _preset_line(path: Path, configs: Path) -> str:
+    """A preset's path under configs/ and the first sentence of its header comment."""
+    return f"  {path.relative_to(configs)!s:<44} {first_sentence(path.read_text(encoding='utf-8'))}"
 
 
 def list_components() -> str:
@@ -33,9 +46,9 @@ def list_components() -> str:
                         ("rule", "gradient rules (method.combine.rule):")):
         lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
     configs = Path(__file__).resolve().parents[3] / "configs"
-    presets = sorted(configs.glob("*.yaml")) + sorted(configs.glob("*/*.yaml"))
-    if presets:
-        lines += [f"presets ({configs}):"] + [_preset_line(p) for p in presets]
+    presets = sorted(configs.rglob("*.yaml"), key=lambda p: (len(p.relative_to(configs).parts), p))
+    if presets:  # every folder: the CPU presets, then configs/gpu/ and configs/twins/ (recipes for a GPU, their twins)
+        lines += [f"presets ({configs}):"] + [_preset_line(p, configs) for p in presets]
     return "\n".join(lines)
 
 
