@@ -13,6 +13,7 @@ import socket
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
@@ -107,9 +108,10 @@ def require_hub(what: str) -> None:
         return
     why = unreachable()
     if why:
-        raise ObliviateError(f"{what} is no local path, so it names a hub id, but the Hugging Face hub is unreachable "
-                             f"({why}); to work offline, give a local path, or set HF_HUB_OFFLINE=1 to use files "
-                             "already in the hub cache")
+        raise ObliviateError(f"{what}: no such file or folder in {Path.cwd()}, and as a hub id it needs the Hugging "
+                             f"Face hub, which is unreachable ({why}). A folder: create it first (a preset's header "
+                             "names the command that writes it, e.g. obliviate finetune or obliviate demo) or correct "
+                             "the path; a hub id offline: set HF_HUB_OFFLINE=1 to use files already in the hub cache")
 
 
 def check_can_push() -> None:

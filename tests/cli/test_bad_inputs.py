@@ -168,10 +168,10 @@ CASES = [
           "not in the hub cache and HF_HUB_OFFLINE=1 forbids downloading it",
           env={"HF_HUB_OFFLINE": "1"}),
     _case("hub-model-unreachable", ["model.path=obliviate-tests/no-such-model-x"],
-          "the Hugging Face hub is unreachable (cannot connect to 127.0.0.1:9",
+          "as a hub id it needs the Hugging Face hub, which is unreachable (cannot connect to 127.0.0.1:9",
           env=UNREACHABLE),
     _case("hub-data-unreachable", ["data.source=obliviate-tests/no-such-data"],
-          "data source 'obliviate-tests/no-such-data' is no local path, so it names a hub id, but",
+          "data source 'obliviate-tests/no-such-data': no such file or folder in ",
           env=UNREACHABLE),
     # --- output directory and other written paths
     _case("output-dir-unset", ["output_dir="], "output_dir is not set", validate=False),

@@ -52,8 +52,9 @@ def _check_hub_id(path: str, key: str, filenames: tuple[str, ...] = ("config.jso
         return f"hub id {path} (skipped: not fetched with --offline; its files are checked when it loads)"
     if hub.offline():
         if all(hub_cached_file(path, name) is None for name in filenames):
-            raise ObliviateError(f"{key} {path!r} is no local path, so it names a hub id, but it is not in the hub "
-                                 "cache and HF_HUB_OFFLINE=1 forbids downloading it; give a local model directory, or "
+            raise ObliviateError(f"{key} {path!r}: no such folder in {Path.cwd()}, and as a hub id it is not in the "
+                                 "hub cache and HF_HUB_OFFLINE=1 forbids downloading it; a folder: create it first (a "
+                                 "preset's header names the command that writes it) or correct the path; a hub id: "
                                  "download it first with network access")
         return f"hub id {path} (cached)"
     hub.require_hub(f"{key} {path!r}")
