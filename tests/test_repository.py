@@ -56,3 +56,9 @@ def test_the_readme_links_the_docs():
     for name in ("docs/METHODS.md", "docs/METRICS.md", "docs/DESIGN.md", "docs/results.md", "CHANGELOG.md"):
         assert f"({name})" in readme, f"the README does not link {name}"
         assert (ROOT / name).is_file(), name
+
+
+def test_the_license_file_is_the_license_pyproject_declares():
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
