@@ -1,4 +1,11 @@
-"""Name -> object registries whose unknown-name errors list every valid name."""
+"""Name -> object registries whose unknown-name errors list every valid name, and the plugins that add to them.
+
+Plugins: an installed package that names a module under the entry-point group `obliviate.plugins` (in its
+pyproject: `[project.entry-points."obliviate.plugins"] mine = "my_package.unlearning"`) has that module imported the
+first time any registry is read; the module's `@forget_objective`, `@retain_term`, `@rule` and metric registrations
+then stand beside the built-in ones everywhere (the CLI, `validate`, `ls`, sweeps). This is the convention pytest
+and lm-evaluation-harness use for their plugins.
+"""
 from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
@@ -6,6 +13,28 @@ from typing import Callable, Generic, Iterator, TypeVar
 from obliviate.errors import ObliviateError
 
 T = TypeVar("T")
+PLUGIN_GROUP = "obliviate.plugins"
+_plugins: list[str] | None = None  # the entry points loaded, once
+
+
+def load_plugins() -> list[str]:
+    """Import every module named under the entry-point group obliviate.plugins (once per process); the names of
+    the entry points loaded. A plugin that fails to import is an ObliviateError naming it and its package."""
+    global _plugins
+    if _plugins is not None:
+        return _plugins
+    _plugins = []
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # the plugin's own error, whatever it is, named with the plugin
+            raise ObliviateError(f"obliviate plugin {ep.name!r} ({ep.value}, from package "
+                                 f"{getattr(ep.dist, 'name', '?')}) failed to load: {type(exc).__name__}: {exc}; "
+                                 "fix or uninstall that package") from None
+        _plugins.append(ep.name)
+    return _plugins
 
 
 class UnknownNameError(ObliviateError, KeyError):
@@ -41,6 +70,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The object registered as `name`; an UnknownNameError listing valid names otherwise."""
+        load_plugins()
         key = str(name).lower()
         if key not in self._items:
             raise UnknownNameError(
@@ -49,9 +79,11 @@ class Registry(Generic[T]):
         return self._items[key]
 
     def names(self) -> list[str]:
+        load_plugins()
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
+        load_plugins()
         return isinstance(name, str) and name.lower() in self._items
 
     def __iter__(self) -> Iterator[str]:

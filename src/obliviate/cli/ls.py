@@ -37,6 +37,29 @@ def _preset_line(path: Path, configs: Path) -> str:
     return f"  {path.relative_to(configs)!s:<44} {first_sentence(path.read_text(encoding='utf-8'))}"
 
 
+def plugin_lines(builtins: dict[str, set[str]]) -> list[str]:
+    """What installed plugins add (entry-point group obliviate.plugins), one line each; nothing without plugins
+    (then no torch is imported)."""
+    from importlib.metadata import entry_points
+
+    from obliviate.registry import PLUGIN_GROUP
+
+    found = list(entry_points(group=PLUGIN_GROUP))
+    if not found:
+        return []
+    from obliviate.gradients import RULES
+    from obliviate.objectives import FORGET, RETAIN
+
+    lines = [f"plugins ({', '.join(f'{ep.name} = {ep.value}' for ep in found)}):"]
+    for kind, reg in (("forget", FORGET), ("retain", RETAIN), ("rule", RULES)):
+        for name in reg.names():
+            if name not in builtins[kind]:
+                fn = getattr(reg.get(name), "fn", None)
+                doc = ((getattr(fn, "__doc__", None) or "").strip().splitlines() or [""])[0]
+                lines.append(f"  {kind:<7} {name:<12} {doc}")
+    return lines
+
+
 def list_components() -> str:
     """One line per forget objective, retain term, gradient rule and preset recipe (no torch import)."""
     from obliviate.catalogue import builtin
@@ -45,6 +68,7 @@ def list_components() -> str:
     for kind, title in (("forget", "forget objectives (method.forget):"), ("retain", "retain terms (method.retain):"),
                         ("rule", "gradient rules (method.combine.rule):")):
         lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
+    lines += plugin_lines({kind: set(builtin(kind)) for kind in ("forget", "retain", "rule")})
     configs = Path(__file__).resolve().parents[3] / "configs"
     presets = sorted(configs.rglob("*.yaml"), key=lambda p: (len(p.relative_to(configs).parts), p))
     if presets:  # every folder: the CPU presets, then configs/gpu/ and configs/twins/ (recipes for a GPU, their twins)

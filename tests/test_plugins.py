@@ -1,0 +1,78 @@
+"""Plugins: a package that names a module under the entry-point group obliviate.plugins adds its objective, which
+`ls` lists, `validate` accepts and `obliviate unlearn` trains with, end to end."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PLUGIN = textwrap.dedent('''
+    """A user's objective in their own package."""
+    import torch.nn.functional as F
+
+    from obliviate.objectives import forget_objective
+
+
+    @forget_objective("my_npo", needs=("reference",))
+    def my_npo(policy, reference, *, beta: float = 0.5):
+        """My NPO: -(2/beta) mean log sigmoid(-beta (logp - logp_ref))."""
+        return -(2.0 / beta) * F.logsigmoid(-beta * (policy.logp - reference.logp.detach())).mean()
+''')
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """An installed package `my-unlearning` (a dist-info folder on sys.path) whose entry point names its module."""
+    site = tmp_path / "site"
+    (site / "my_unlearning").mkdir(parents=True)
+    (site / "my_unlearning" / "__init__.py").write_text(PLUGIN, encoding="utf-8")
+    info = site / "my_unlearning-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-unlearning\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[obliviate.plugins]\nmine = my_unlearning\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    from obliviate import registry
+
+    monkeypatch.setattr(registry, "_plugins", None)  # loaded afresh, with the plugin on the path
+    yield "my_npo"
+    from obliviate.objectives import FORGET
+
+    FORGET._items.pop("my_npo", None)  # the next test's registry is the built-in one again
+    sys.modules.pop("my_unlearning", None)
+    registry._plugins = None
+
+
+def test_a_plugins_objective_is_listed_validated_and_trained(plugin, model_dir, tmp_path, capsys, tofu_dir):
+    from obliviate.cli import main
+
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out
+    assert "plugins (mine = my_unlearning):" in out and "forget  my_npo       My NPO:" in out
+    args = ["unlearn", f"model.path={model_dir}", f"data.source={tofu_dir}", "data.forget_split=forget01",
+            "data.retain_split=retain99", "method.forget=my_npo", "method.forget_args={beta: 0.2}", "method.retain=nll",
+            "train.max_steps=2", "train.batch_size=2", "train.progress=false", "eval.enabled=false"]
+    assert main(["validate", *args[1:], f"output_dir={tmp_path / 'v'}"]) == 0
+    assert "method: my_npo + nll" in capsys.readouterr().out
+    assert main([*args, f"output_dir={tmp_path / 'run'}"]) == 0
+    history = json.loads((tmp_path / "run" / "metrics.json").read_text())["history"]
+    assert len(history) == 2 and history[0]["forget"] == pytest.approx((2 / 0.2) * 0.6931471805599453, rel=1e-4)
+
+
+def test_a_broken_plugin_is_named(tmp_path, monkeypatch, capsys):
+    site = tmp_path / "site"
+    info = site / "broken-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[obliviate.plugins]\nbad = no_such_module_xyz\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    from obliviate import registry
+
+    monkeypatch.setattr(registry, "_plugins", None)
+    from obliviate.cli import main
+
+    assert main(["validate", "method.forget=npo", "model.path=x", "data.source=tofu"]) == 2
+    assert "obliviate plugin 'bad' (no_such_module_xyz, from package broken) failed to load" in capsys.readouterr().err
+    registry._plugins = None
