@@ -181,3 +181,27 @@ def test_validate_reports_a_gguf_source_and_refuses_a_missing_one(tiny, tmp_path
     assert "GGUF file" in capsys.readouterr().out
     assert main(args + [f"model.path={tmp_path / 'gone.gguf'}"]) == 2
     assert "GGUF file not found" in capsys.readouterr().err
+
+
+def test_the_header_reader_finds_the_layer_count_past_arrays(tmp_path):
+    """A hand-written GGUF v3 header: the architecture, a string array and a float array to skip, then the block
+    count; a file that is not GGUF, or a header without the key, gives None."""
+    import struct
+
+    from obliviate.modeling.gguf import header_layers
+
+    def s(text):
+        return struct.pack("<Q", len(text)) + text.encode()
+
+    kv = [s("general.architecture") + struct.pack("<I", 8) + s("llama"),
+          s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + s("a") + s("bb") + s("ccc"),
+          s("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 3) + struct.pack("<3f", 1, 2, 3),
+          s("llama.block_count") + struct.pack("<II", 4, 7)]
+    good = tmp_path / "m.gguf"
+    good.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(kv))
+    assert header_layers(good) == 7
+    short = tmp_path / "short.gguf"
+    short.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 3) + b"".join(kv[:3]))
+    assert header_layers(short) is None
+    (tmp_path / "not.gguf").write_bytes(b"PK\x03\x04")
+    assert header_layers(tmp_path / "not.gguf") is None

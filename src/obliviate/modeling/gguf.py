@@ -90,17 +90,51 @@ def cached_dir(file: Path, cache: Path | None = None) -> Path:
     return (cache or cache_root()) / "gguf" / file_sha256(file)[:16]
 
 
-def header_layers(file: Path) -> int | None:
-    """The decoder layer count a GGUF file's header states (`<architecture>.block_count`), read without loading any
-    tensor; None when the file or the key cannot be read."""
-    try:
-        from gguf import GGUFReader
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # GGUF types
 
-        fields = GGUFReader(str(file)).fields
-        arch = bytes(fields["general.architecture"].parts[-1]).decode()
-        return int(fields[f"{arch}.block_count"].parts[-1][0])
-    except Exception:  # no gguf package, a damaged header, another layout: the caller says it could not check
+
+def header_layers(file: Path) -> int | None:
+    """The decoder layer count a GGUF file's header states (`<general.architecture>.block_count`), read from the
+    header's key-value pairs up to that key (milliseconds: no tensor, no vocabulary parsed); None when the file is
+    not a GGUF of version 2 or 3 or does not say."""
+    import struct
+
+    def read(fh, fmt: str):
+        data = fh.read(struct.calcsize("<" + fmt))
+        return struct.unpack("<" + fmt, data)[0]
+
+    def string(fh) -> str:
+        return fh.read(read(fh, "Q")).decode("utf-8", errors="replace")
+
+    def value(fh, kind: int):
+        if kind == 8:
+            return string(fh)
+        if kind == 9:  # an array: skipped element by element (strings) or in one seek (numbers)
+            inner, count = read(fh, "I"), read(fh, "Q")
+            if inner == 8:
+                for _ in range(count):
+                    fh.seek(read(fh, "Q"), 1)
+            else:
+                fh.seek(struct.calcsize("<" + _SCALARS[inner]) * count, 1)
+            return None
+        return read(fh, _SCALARS[kind])
+
+    try:
+        with open(file, "rb") as fh:
+            if fh.read(4) != b"GGUF" or read(fh, "I") not in (2, 3):
+                return None
+            _, n_kv = read(fh, "Q"), read(fh, "Q")
+            arch = None
+            for _ in range(n_kv):
+                key, kind = string(fh), read(fh, "I")
+                got = value(fh, kind)
+                if key == "general.architecture":
+                    arch = got
+                elif arch is not None and key == f"{arch}.block_count":
+                    return int(got)
+    except (OSError, KeyError, struct.error, ValueError):
         return None
+    return None
 
 
 def _read_gguf(file: Path) -> tuple[Any, Any]:
