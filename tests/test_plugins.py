@@ -47,7 +47,9 @@ def plugin(tmp_path, monkeypatch):
 
 def test_a_plugins_objective_is_listed_validated_and_trained(plugin, model_dir, tmp_path, capsys, tofu_dir):
     from obliviate.cli import main
+    from obliviate.objectives import FORGET
 
+    assert FORGET.get("my_npo").name == "my_npo"  # the first registry read loads the plugin
     assert main(["ls"]) == 0
     out = capsys.readouterr().out
     assert "plugins (mine = my_unlearning):" in out and "forget  my_npo       My NPO:" in out

@@ -150,8 +150,8 @@ def _copy_repository(dest: Path) -> None:
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory, real_model_cache):
     """The repository copied into an empty folder (nothing beside it); then the README's `obliviate demo` run there
-    with tiny sizes (its output is what the later commands start from), and the model directories the README's
-    TOFU commands name (runs/x, runs/tofu-*-tiny) as copies of its target."""
+    with tiny sizes (its output is what the later commands start from). Nothing else is prepared: the TOFU
+    walkthrough builds its own target and retain model, in the README's order."""
     alone = tmp_path_factory.mktemp("alone")
     work = alone / "obliviate"
     _copy_repository(work)
@@ -162,9 +162,6 @@ def sandbox(tmp_path_factory, real_model_cache):
         assert DEMO in _commands(), "the README no longer shows `obliviate demo`"
         demo = _cli(_tiny_args(DEMO))
         assert demo[0] == 0, demo[2]
-        target = work / _resolved(_tiny_args(DEMO)).output_dir / "models" / "target"
-        for name in ("runs/x", "runs/tofu-target-tiny", "runs/tofu-retain99-tiny"):
-            shutil.copytree(target, work / name)
     finally:
         os.chdir(before)
     return {"dir": work, "demo": demo, "started": t0}
