@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,19 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
             path = out_dir / rel
             assert path.is_file(), f"`{cmd}` did not write {path}"
             assert path.stat().st_mtime >= started - 1, f"{path} is older than the run of `{cmd}`"
+
+
+def test_readme_python_runs_after_its_commands(sandbox):
+    """Every Python block of the README that calls the API (imports from `obliviate` itself), in a fresh
+    interpreter in the folder the commands above left (runs/tofu-target-tiny from the TOFU walkthrough)."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README, flags=re.S) if "from obliviate import" in b]
+    assert blocks, "the README shows no Python API snippet"
+    for code in blocks:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=sandbox["dir"], capture_output=True, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "5 steps, last forget loss" in proc.stdout
+    assert (sandbox["dir"] / "runs" / "mine" / "config.json").is_file()
 
 
 @pytest.mark.parametrize("cmd", [c for c in _obliviate_commands() if _resolve_only_reason(c) is not None])
