@@ -18,6 +18,9 @@ CONFIGS = ROOT / "configs"
     ("benchmark: mcq\nmcq: {source: x.jsonl}\nmodel: {path: m}\n", "eval"),
     ("source: tofu\nsplit: forget01\ntaus: [2, 3]\nmodel: {path: m}\n", "calibrate"),
     ("model: {path: m}\noutput_dir: runs/x\n", "unlearn"),  # fits several: unlearn, as before
+    # the same sections, told apart by a key inside one: data.splits is finetune's, data.forget_split unlearn's
+    ("model: {path: m}\ndata: {source: d, splits: [full]}\ntrain: {epochs: 2}\noutput_dir: x\n", "finetune"),
+    ("model: {path: m}\ndata: {source: d, forget_split: f}\ntrain: {epochs: 2}\noutput_dir: x\n", "unlearn"),
 ])
 def test_the_command_is_told_by_the_keys(tmp_path, text, command):
     f = tmp_path / "c.yaml"

@@ -2,7 +2,8 @@
 sets are named and every check that needs them is listed as skipped), everything else checked, from a folder laid
 out as a user's would be after the presets' own first steps: the tiny TOFU target and retain model in runs/, the
 demo's world and models in obliviate-demo/, WMDP's bio corpora at data/wmdp/wmdp-corpora, RWKU's batch at
-data/rwku/Batch/1-50 (written by `obliviate prepare rwku`)."""
+data/rwku/Batch/1-50 (written by `obliviate prepare rwku`), TOFU's last 20 authors at data/tofu-20 (`obliviate
+prepare tofu`)."""
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
         lines = [json.dumps({"text": f"A {side} document number {i} about proteins."}) for i in range(4)]
         (corpora / f"bio-{side}-corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["prepare", "rwku", "--source", str(rwku_source), "--out", str(root / "data/rwku/Batch/1-50")]) == 0
+    assert main(["prepare", "tofu", "--authors", "20", "--out", str(root / "data/tofu-20")]) == 0
     (root / "configs").symlink_to(ROOT / "configs")
     (root / "docs").symlink_to(ROOT / "docs")  # a sweep's teacher map (docs/teacher_map/...)
     return root
@@ -48,6 +50,8 @@ def test_every_preset_validates_offline(path: Path, workdir: Path, tmp_path: Pat
     # and validate refuses to let them overwrite it: they are validated in a fresh folder, as before their first run
     makers = (path.parent == ROOT / "configs" and path.stem.startswith("demo")) or path.stem.startswith("finetune")
     monkeypatch.chdir(tmp_path if makers else workdir)
+    if makers:
+        (tmp_path / "data").symlink_to(workdir / "data")  # prepared data (`obliviate prepare`) is read, not written
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub access that --offline missed fails instead of connecting
     gpu = "gpu" in path.parts or path.parent.name in ("wmdp", "rwku")  # meant for a GPU machine: its devices not checked here
     args = ["validate", "--offline", *(["--no-device-checks"] if gpu else []), "--config", str(path)]

@@ -19,6 +19,7 @@ from obliviate.eval.mia import (
     evaluate_mia,
     keeps_last_token,
     mia_auc,
+    mia_from_scores,
     mia_scores,
     min_k_plus_plus_score,
     min_k_score,
@@ -157,9 +158,21 @@ def test_document_logp_scores_whole_documents(small_tok, constant_lm):
 
 
 def test_metrics_table():
-    assert set(MIA_METRICS) == {f"mia_{a}_auc" for a in ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")}
+    attacks = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
+    assert set(MIA_METRICS) == {f"mia_{a}_auc{gap}" for a in attacks for gap in ("", "_gap")}
     for name, info in MIA_METRICS.items():
         assert info.name == name and info.version >= 1 and info.description and not info.higher_is_better
+
+
+def test_the_gap_is_two_sided():
+    """An AUC far below 0.5 (members now stand out by a higher loss) leaks as much as one far above it."""
+    members, nonmembers = np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0])  # scores: higher = less likely a member
+    low = mia_from_scores({"loss": np.concatenate([members, nonmembers])}, 3)
+    high = mia_from_scores({"loss": np.concatenate([nonmembers, members])}, 3)
+    assert (low["mia_loss_auc"], high["mia_loss_auc"]) == (0.0, 1.0)
+    assert low["mia_loss_auc_gap"] == high["mia_loss_auc_gap"] == 0.5
+    mixed = mia_from_scores({"loss": np.array([1.0, 3.0, 2.0, 4.0])}, 2)  # AUC 0.75 -> gap 0.25
+    assert mixed["mia_loss_auc"] == 0.75 and mixed["mia_loss_auc_gap"] == 0.25
 
 
 # ---------------------------------------------------------------- on the session's tiny model
@@ -203,7 +216,9 @@ def test_evaluate_mia_end_to_end(trained_small, small_tok, small_world):
     members, nonmembers = small_world.splits["full"], small_world.splits["holdout10"]
     out = evaluate_mia(trained_small, small_tok, members, nonmembers, batch_size=32, max_length=64)
     aucs = {k for k in out if k.endswith("_auc")}
-    assert aucs == set(MIA_METRICS) - {"mia_reference_auc"}  # absent, never invented
+    assert aucs | {f"{k}_gap" for k in aucs} == set(MIA_METRICS) - {"mia_reference_auc", "mia_reference_auc_gap"}
+    assert "mia_reference_auc_gap" not in out  # absent, never invented
+    assert all(out[f"{k}_gap"] == abs(out[k] - 0.5) for k in aucs)
     assert any("no reference model" in n for n in out["notes"])
     assert all(0.0 <= out[k] <= 1.0 for k in aucs)
     assert out["n_members"] == len(members) and out["n_nonmembers"] == len(nonmembers) and out["mia_k"] == 0.4

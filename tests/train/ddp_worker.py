@@ -30,7 +30,8 @@ def run(out: Path, per_device_batch: int) -> None:
         method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="nll",
                               combine=CombineConfig(rule=rule))
         cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
-                          scheduler="constant", weight_decay=0.0)
+                          scheduler="constant", weight_decay=0.0,
+                          share_prefix=False)  # as under torchrun, where it is off: the same path, exact
         res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"], method, cfg,
                       max_length=48, accelerator=acc)
         unwrapped = acc.unwrap_model(model) if hasattr(acc, "unwrap_model") else model
@@ -54,7 +55,8 @@ def run_auto(out_dir: Path, per_device_batch: int) -> None:
     tok = train_tokenizer(corpus_texts(world), vocab_size=400)
     model = tiny_llama(tok, hidden_size=32, num_layers=2, seed=0).double()
     cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
-                      scheduler="constant", weight_decay=0.0)
+                      scheduler="constant", weight_decay=0.0,
+                          share_prefix=False)  # as under torchrun, where it is off: the same path, exact
     res = unlearn(model, tok, world.splits["forget10"], world.splits["retain90"],
                   MethodConfig(forget="ga", retain="nll"), cfg, max_length=48)
     state = PartialState()

@@ -49,7 +49,8 @@ def run(out: Path, per_device_batch: int) -> None:
                               combine=CombineConfig(rule=rule), **kw)
         chunk = 5 if acc.num_processes > 1 and rule in CHUNKED else 0
         cfg = TrainConfig(max_steps=3, batch_size=per_device_batch, grad_accum=2, lr=1e-3, progress=False,
-                          scheduler="constant", weight_decay=0.0, fsdp=True, vocab_chunk=chunk)
+                          scheduler="constant", weight_decay=0.0, fsdp=True, vocab_chunk=chunk,
+                          share_prefix=False)  # as with two processes, where it is off: the same path, exact
         optim.make_optimizer = spy
         heads: dict[int, int] = {}  # id of each LM head (student's, θ0's) -> the most rows one call gave it
 
@@ -95,7 +96,8 @@ def run_resume(out: Path, per_device_batch: int, ckdir: str, stop_after: int) ->
     method = MethodConfig(forget="asu", forget_args={"tau": 3.0, "layers": [0]}, retain="kl", cache="exact",
                           combine=CombineConfig(rule="pcgrad"))
     cfg = TrainConfig(max_steps=4, batch_size=per_device_batch, lr=1e-3, progress=False, scheduler="linear",
-                      weight_decay=0.01, fsdp=True, checkpoint_dir=ckdir, checkpoint_every=1)
+                      weight_decay=0.01, fsdp=True, checkpoint_dir=ckdir, checkpoint_every=1,
+                      share_prefix=False)  # as with two processes, where it is off: the same path, exact
 
     def go():
         return unlearn(model, tok, world.splits["forget10"][:6], world.splits["retain90"][:12], method, cfg,

@@ -13,7 +13,7 @@ from obliviate.train.unlearn import by_length, encode_rows, unlearn, with_steps
 def _run(model, small_world, small_tok, steps=2, **train):
     forget, retain = small_world.splits["forget10"][:8], small_world.splits["retain90"][:8]
     cfg = TrainConfig(max_steps=steps, lr=1e-3, weight_decay=0.0, scheduler="constant", progress=False,
-                      **{"batch_size": 2, "grad_accum": 2, **train})
+                      **{"batch_size": 2, "grad_accum": 2, "share_prefix": False, **train})  # only the switch differs
     res = unlearn(model, small_tok, forget, retain, MethodConfig(forget="ga", retain="nll"), cfg, max_length=64)
     return res, model
 

@@ -59,9 +59,28 @@ def validate_class(config_file: str | None, overrides: Sequence[str], as_command
     keys = set(data) | {o.split("=", 1)[0].split(".")[0] for o in overrides if "=" in o}
 
     def unknown(command: str) -> int:
-        return len(keys - {f.name for f in dataclasses.fields(config_class(command, config_file))})
+        cls = config_class(command, config_file)
+        return len(keys - {f.name for f in dataclasses.fields(cls)}) + _unknown_nested(data, cls)
 
     return config_class(min(VALIDATE_AS, key=lambda c: (unknown(c), VALIDATE_AS.index(c))), config_file)
+
+
+def _unknown_nested(raw: Any, cls: type) -> int:
+    """How many keys inside the known sections of a config file `cls` lacks (e.g. data.splits is finetune's, not
+    unlearn's): what tells two commands apart whose top-level sections are the same."""
+    if not isinstance(raw, dict):
+        return 0
+    count = 0
+    for f in dataclasses.fields(cls):
+        if f.name not in raw or not isinstance(raw[f.name], dict):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if dataclasses.is_dataclass(default):
+            section = type(default)
+            names = {g.name for g in dataclasses.fields(section)}
+            count += len(set(raw[f.name]) - names) + _unknown_nested(raw[f.name], section)
+    return count
 
 
 def command_class(args: argparse.Namespace) -> type:

@@ -239,6 +239,10 @@ class TrainConfig:
                                      "time and are recomputed in the backward, so no [tokens, vocab] tensor of the "
                                      "batch exists (same values and gradients); 0: all rows at once; auto: "
                                      "2^23 / vocab rows from a 65,536 vocabulary on (Llama-3, Qwen, Gemma), else 0 (modeling/logprobs.py)")
+    share_prefix: bool = setting(True, "run the leading tokens that every row of a batch shares (a chat template's "
+                                 "system turn) once, and the rest of each row on their KV cache: same math to float "
+                                 "rounding; off by itself under torchrun, gradient checkpointing and compile "
+                                 "(modeling/prefix.py)")
     compile: bool = setting(False, "torch.compile each decoder layer of the student (same math; pays compile time first)")
     compile_backend: str = setting("inductor", "torch.compile backend for train.compile (inductor | aot_eager | ...)")
     report_to: str | list = setting("none", "experiment trackers that get every optimizer step's history entry (its "
@@ -312,8 +316,9 @@ class EvalConfig:
                                            "eval.retain_model)")
     max_new_tokens: int = setting(200, "greedy generation length (TOFU: 200)")
     batch_size: int | str = setting("auto", "evaluation batch size: auto (generation: as many rows as the KV cache "
-                                    "budget holds, at most 512, finished rows leaving the batch; scoring: 4,096 "
-                                    "padded answer tokens per forward) or a number of rows for both")
+                                    "budget holds, at most 512, finished rows leaving the batch; scoring: 2,048 "
+                                    "padded answer tokens per forward on a CPU, 16,384 on an accelerator) or a "
+                                    "number of rows for both")
     max_examples: int | None = setting(None, "evaluate only the first N rows of each split (quick looks)")
     memorization: bool = setting(True, "forget extraction strength and exact memorisation (one forward, no generation)")
     holdout_split: str | None = setting(None, "never-trained rows (e.g. holdout01): PrivLeak and MIA AUCs, forget vs holdout")

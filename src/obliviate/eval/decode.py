@@ -17,7 +17,6 @@ them on models with and without padding, stops and budgets).
 """
 from __future__ import annotations
 
-import inspect
 import os
 from functools import lru_cache
 from typing import Any, Sequence
@@ -27,6 +26,7 @@ from torch import Tensor
 
 from obliviate.data.tokenize import Encoded, collate
 from obliviate.modeling.logprobs import IGNORE_INDEX
+from obliviate.modeling.prefix import cache_keyword
 
 COMPACT_SHARE = 0.125  # drop stopped rows once they are this share of the rows still in the batch
 MAX_ROWS = 512  # the most rows an automatic generation batch holds
@@ -129,17 +129,6 @@ def growing_cache(model: Any, capacity: int) -> Any:
     return cache
 
 
-def _cache_keyword(model: Any) -> str:
-    """The name a model's forward gives its KV cache argument (`cache` from transformers 5, else
-    `past_key_values`); a PEFT model passes its keyword arguments on, so its base model's forward decides."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        params = inspect.signature(inner.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
 def _last_logits(model: Any, ids: Tensor, mask: Tensor, positions: Tensor, cache: Any, keyword: str,
                  out_cache: list[Any]) -> Tensor:
     """Logits [B, V] of the last position of one forward (KV cache kept in `out_cache[0]`)."""
@@ -176,7 +165,7 @@ def greedy_decode(model: Any, prompts: Sequence[list[int]], budgets: Sequence[in
     batch = collate([Encoded(list(p), [IGNORE_INDEX] * len(p), False) for p in prompts], pad, left=True)
     ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
     steps = max(budgets)
-    keyword, holder = _cache_keyword(model), [None]
+    keyword, holder = cache_keyword(model), [None]
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     logits = _last_logits(model, ids, mask, positions, growing_cache(model, ids.shape[1] + steps), keyword, holder)
     nxt = logits.argmax(-1)

@@ -55,12 +55,17 @@ TOKEN_RULES: tuple[str, ...] = ("open_unlearning", "all_tokens")
 DEFAULT_TOKEN_RULE = "open_unlearning"
 
 
-def _auc_info(attack: str, what: str, version: int = 1) -> MetricInfo:
-    return MetricInfo(f"mia_{attack}_auc", False, version,
-                      f"{what}; AUC = P(score_nonmember > score_member) (0.5 = cannot tell; 1 = members exposed)")
+def _auc_info(attack: str, what: str, version: int = 1) -> tuple[MetricInfo, MetricInfo]:
+    """The attack's AUC and its two-sided gap |AUC - 0.5| (an AUC far below 0.5 tells members apart as well)."""
+    return (MetricInfo(f"mia_{attack}_auc", False, version,
+                       f"{what}; AUC = P(score_nonmember > score_member) (0.5 = cannot tell; 1 = members exposed; "
+                       "near 0 = members stand out the other way, e.g. over-unlearned: read mia_*_auc_gap)"),
+            MetricInfo(f"mia_{attack}_auc_gap", False, 1,
+                       f"{what}; two-sided: |AUC - 0.5| (0 = cannot tell members from non-members either way, "
+                       "0.5 = fully separated in one direction or the other)"))
 
 
-MIA_METRICS: dict[str, MetricInfo] = register("mia", {m.name: m for m in (
+MIA_METRICS: dict[str, MetricInfo] = register("mia", {m.name: m for pair in (
     _auc_info("loss", "LOSS attack, score avg_loss (every answer token)"),
     _auc_info("zlib", "zlib attack, score avg_loss / zlib-compressed bytes of the text"),
     _auc_info("min_k", "Min-K% attack (Shi et al. 2024), score -mean of the lowest k share of token log-probs "
@@ -68,7 +73,7 @@ MIA_METRICS: dict[str, MetricInfo] = register("mia", {m.name: m for m in (
     _auc_info("min_k_plus_plus", "Min-K%++ attack (Zhang et al. 2024), Min-K% on standardised log-probs "
               "(eval.token_rule: open_unlearning drops the answer's EOS)", 2),
     _auc_info("reference", "reference attack, score avg_loss - reference model's avg_loss; absent without one"),
-)})
+) for m in pair})
 
 
 # ---------------------------------------------------------------- pure functions on arrays
@@ -330,9 +335,11 @@ def evaluate_mia(model: Any, tokenizer: Any, members: Sequence[QARow | Item], no
 
 
 def mia_from_scores(scores: dict[str, np.ndarray], n_members: int, *, k: float = DEFAULT_K) -> dict[str, Any]:
-    """Every attack's AUC from per-example scores of members (first `n_members`) then nonmembers."""
+    """Every attack's AUC and its two-sided gap |AUC - 0.5| from per-example scores of members (first
+    `n_members`) then nonmembers."""
     n = n_members
     out: dict[str, Any] = {f"mia_{a}_auc": mia_auc(s[:n], s[n:]) for a, s in scores.items()}
+    out.update({f"{key}_gap": abs(auc - 0.5) for key, auc in list(out.items())})
     notes = [] if "reference" in scores else ["mia_reference_auc not computed: no reference model given"]
     out.update(mia_k=k, n_members=n, n_nonmembers=len(next(iter(scores.values()))) - n, notes=notes)
     return out

@@ -42,11 +42,12 @@ class FrozenModels:
     """
 
     def __init__(self, model: torch.nn.Module, teacher: Teacher | Mapping[str, Any] | None,
-                 chunk: int | None = None) -> None:
+                 chunk: int | None = None, share_prefix: bool = True) -> None:
         self.shared = has_adapters(model)
         self.model = model if self.shared else frozen_copy(model)
         self.teacher = teacher_of(teacher)
         self.chunk = chunk  # vocabulary-chunked stats (modeling/logprobs.py), None: unchunked
+        self.share_prefix = share_prefix  # a batch's shared leading tokens run once (modeling/prefix.py)
 
     def _head(self) -> Any:
         """θ0's LM head for chunked stats, run after the forward: the copy's own head, or the LoRA student's with
@@ -78,7 +79,8 @@ class FrozenModels:
     def reference_stats(self, batch: Mapping[str, Any], hidden_layer: int | None = None) -> TokenStats:
         """TokenStats of θ0 (unsmoothed) on `batch` (with decoder layer `hidden_layer`'s output when asked)."""
         with self._theta0() as m:
-            return forward_stats(m, batch, hidden_layer=hidden_layer, chunk=self.chunk, head=self._head())
+            return forward_stats(m, batch, hidden_layer=hidden_layer, chunk=self.chunk, head=self._head(),
+                                 share_prefix=self.share_prefix)
 
     @torch.no_grad()
     def teacher_stats(self, batch: Mapping[str, Any]) -> TokenStats:
@@ -88,6 +90,6 @@ class FrozenModels:
         with self._theta0() as m:
             smooth_attention(m, self.teacher.tau, self.teacher.layers)
             try:
-                return forward_stats(m, batch, chunk=self.chunk, head=self._head())
+                return forward_stats(m, batch, chunk=self.chunk, head=self._head(), share_prefix=self.share_prefix)
             finally:
                 remove_smoothing(m)

@@ -37,6 +37,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from obliviate.errors import ConfigError
+from obliviate.modeling.prefix import eligible, prefix_forward, prefix_is_exact, shared_prefix_length
 
 IGNORE_INDEX = -100
 REDUCTIONS = ("token", "example")
@@ -402,28 +403,75 @@ def answer_rows_only(model: torch.nn.Module, mask: Tensor, capture: list[Tensor]
 
 def forward_stats(model: torch.nn.Module, batch: Mapping[str, Any], *, keep_logits: bool = True,
                   hidden_layer: int | None = None, chunk: int | None = None,
-                  head: Callable[[Tensor], Tensor] | None = None) -> TokenStats:
+                  head: Callable[[Tensor], Tensor] | None = None, share_prefix: bool = True) -> TokenStats:
     """Run `model` on a collated batch and return its packed TokenStats on the batch's labels.
 
     The LM head runs on the answer positions only (module docstring). With `hidden_layer`, the output
     of that decoder layer is captured by a hook (stats.hidden [B, T, H]), with the label positions as
     its mask. With `chunk`, the head does not run here: the stats are chunked (`chunked_token_stats`), their
-    head the model's own or `head` (e.g. θ0's head of a LoRA model, run with its adapters off)."""
+    head the model's own or `head` (e.g. θ0's head of a LoRA model, run with its adapters off). With
+    `share_prefix`, leading tokens that every row shares and that predict no label run once (modeling/prefix.py;
+    same values to float rounding, and the plain path wherever that does not hold)."""
     labels = batch["labels"]
-    _, mask = shift_labels(labels)
+    length = _prefix_length(model, batch, labels) if share_prefix else 0
+    return _stats_of(model, batch, length, keep_logits, hidden_layer, chunk, head)
+
+
+def _prefix_length(model: torch.nn.Module, batch: Mapping[str, Any], labels: Tensor) -> int:
+    """P of `prefix.shared_prefix_length` when sharing may run on this model and batch and is exact there, else 0."""
+    if "cache" in batch or "position_ids" in batch or "input_ids" not in batch:
+        return 0
+    length = shared_prefix_length(batch["input_ids"], batch["attention_mask"], shift_labels(labels)[1])
+    if not length or not eligible(model):
+        return 0
+
+    def measure() -> bool:
+        plain = _stats_of(model, batch, 0, False, None, None, None).token_logp.double()
+        shared = _stats_of(model, batch, length, False, None, None, None).token_logp.double()
+        # float32 models differ by ~1e-5 nats between the two paths (another summation order); a forward that
+        # ignored the cache or the positions would differ by tenths
+        return bool(torch.allclose(shared, plain, rtol=1e-3, atol=1e-4))
+    return length if prefix_is_exact(model, measure) else 0
+
+
+def _stats_of(model: torch.nn.Module, batch: Mapping[str, Any], length: int, keep_logits: bool,
+              hidden_layer: int | None, chunk: int | None, head: Callable[[Tensor], Tensor] | None) -> TokenStats:
+    """`forward_stats` with the first `length` positions run once as a shared prefix (0: the plain forward)."""
+    labels = batch["labels"]
+    seen_labels = labels[:, length:]  # the positions whose logits this forward gives
+    _, mask = shift_labels(seen_labels)
     own_head = output_head(model) if chunk else None
     captured: list[Tensor] | None = [] if own_head is not None else None
     with answer_rows_only(model, mask, captured) as fired, \
             (layer_output(model, hidden_layer) if hidden_layer is not None else _no_capture()) as seen:
-        out = model(**model_inputs(batch), use_cache=False)
+        if length:
+            out = prefix_forward(model, batch["input_ids"], batch["attention_mask"], length)
+        else:
+            out = model(**model_inputs(batch), use_cache=False)
     if captured:
-        stats = chunked_token_stats(captured[0], head or own_head, head_width(own_head), labels, int(chunk))
+        stats = chunked_token_stats(captured[0], head or own_head, head_width(own_head), seen_labels, int(chunk))
     else:
         logits = out.logits
         rows = logits.reshape(-1, logits.shape[-1]) if fired else logits[:, :-1][mask]
-        stats = packed_token_stats(rows, labels, keep_logits=keep_logits)
+        stats = packed_token_stats(rows, seen_labels, keep_logits=keep_logits)
+    if length:
+        stats = _behind_prefix(stats, length)
     if hidden_layer is not None:
-        stats.hidden, stats.hidden_layer, stats.hidden_mask = seen[-1], hidden_layer, labels != IGNORE_INDEX
+        hidden = seen[-1]
+        if length:  # seen: the prefix's [1, P, H], then the rest's [B, T-P, H]
+            hidden = torch.cat([seen[-2].expand(hidden.shape[0], -1, -1), hidden], dim=1)
+        stats.hidden, stats.hidden_layer, stats.hidden_mask = hidden, hidden_layer, labels != IGNORE_INDEX
+    return stats
+
+
+def _behind_prefix(stats: TokenStats, length: int) -> TokenStats:
+    """Stats of the positions after a shared prefix widened back to the whole batch: `length` leading columns of
+    the [B, T-1-P] per-token tensors (no label there), so their layout is the plain forward's [B, T-1]; the
+    packed [N, V] rows keep their row-major order."""
+    stats.token_logp = F.pad(stats.token_logp, (length, 0))
+    stats.mask = F.pad(stats.mask, (length, 0), value=False)
+    if stats.targets is not None:
+        stats.targets = F.pad(stats.targets, (length, 0))
     return stats
 
 

@@ -3,8 +3,8 @@
 Checkpoints record it; resuming under another fingerprint is a CheckpointMismatchError that lists every key
 that differs (old -> new), so a leftover train.checkpoint_dir of another run is never resumed silently.
 Left out, because they never change the numbers a run computes: progress, cpu (the device), fsdp (sharding
-equals one process, tested), group_by_length, gradient_checkpointing, compile and compile_backend (same math up
-to float reassociation, tested), checkpoint_dir, checkpoint_every, resume, the trackers (report_to, tracking_dir,
+equals one process, tested), group_by_length, gradient_checkpointing, compile, compile_backend and share_prefix (same
+math up to float reassociation, tested), checkpoint_dir, checkpoint_every, resume, the trackers (report_to, tracking_dir,
 tracking_project, run_name), method.combine.module_stats (logging only) and method.refusals (its path: the
 encoded refusals are hashed instead). epochs, max_steps and batch_size enter as what they resolve to: the
 number of optimizer steps (the schedule's length) and the global batch (per-device batch x processes), so a
@@ -21,7 +21,7 @@ import torch
 
 IRRELEVANT_TRAIN = frozenset({"progress", "cpu", "fsdp", "checkpoint_dir", "checkpoint_every", "resume",
                               "epochs", "max_steps", "batch_size", "group_by_length", "gradient_checkpointing",
-                              "compile", "compile_backend", "report_to", "tracking_dir", "tracking_project",
+                              "compile", "compile_backend", "share_prefix", "report_to", "tracking_dir", "tracking_project",
                               "run_name"})
 SAMPLE = 4096  # values hashed per weight tensor
 ABSENT = "(absent)"

@@ -169,6 +169,7 @@ class Side:
     max_length: int = 0  # rows are padded to it when positions = "max_length"
     caches: dict[str, RoleCache] = field(default_factory=dict)  # θ0 stats per example (modeling/cache.py)
     chunk: int | None = None  # rows per vocabulary chunk (train.vocab_chunk resolved; None: unchunked)
+    share_prefix: bool = True  # train.share_prefix: a batch's shared leading tokens run once (modeling/prefix.py)
 
     def _frozen(self, role: str, batch: dict, mine: list[int], model: torch.nn.Module, live: Any) -> Any:
         """θ0 stats of `role` on `batch` (rows: examples `mine`): from the cache when it has one, else live.
@@ -211,12 +212,13 @@ class Side:
             rbatch, _ = _shard_batch(twins, idx, acc, pad)  # type: ignore[arg-type]
             rtotal = _pool_total(twins, step, "targets", scale, world)  # type: ignore[arg-type]
             if "refusal" in needs:
-                extra["refusal"] = forward_stats(model, rbatch, chunk=self.chunk)
+                extra["refusal"] = forward_stats(model, rbatch, chunk=self.chunk, share_prefix=self.share_prefix)
                 extra["refusal"].token_total = rtotal
             if "refusal_reference" in needs:
                 extra["refusal_reference"] = self._frozen("refusal_reference", rbatch, mine, model,
                                                           lambda: frozen.reference_stats(rbatch))  # type: ignore[union-attr]
-        policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer, chunk=self.chunk)
+        policy = forward_stats(model, batch, keep_logits=layer is None, hidden_layer=layer, chunk=self.chunk,
+                               share_prefix=self.share_prefix)
         policy.token_total = total
         if layer is not None:
             policy.hidden_total = _pool_total(self.enc, step, "labels", scale, world)
@@ -291,7 +293,7 @@ def grouped(plan: Iterator[list[int]], grad_accum: int, length: Sequence[int] | 
 
 def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows: Rows,
            retain_rows: Rows, max_length: int, seed: int, chunk: int | None = None,
-           windows: str = "document") -> tuple[Side, Side | None]:
+           windows: str = "document", share_prefix: bool = True) -> tuple[Side, Side | None]:
     """Encode both sides, with refusal answers for the questions when an objective needs them (θ0 caches:
     `attach_caches`)."""
     if rm.needs_refusals and (is_text(forget_rows) or is_text(retain_rows)):
@@ -304,11 +306,13 @@ def _sides(rm: ResolvedMethod, method: MethodConfig, tokenizer: Any, forget_rows
                             refusals, seed * 7 + stream, method.refusal_draw)  # type: ignore[arg-type]
 
     forget = Side(rm.forget, rm.forget_kw, rm.gamma, encode_rows(tokenizer, forget_rows, max_length, windows),
-                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length, chunk=chunk)
+                  refusal_twins(forget_rows, 0) if refusals else None, dict(rm.loop_kw), max_length, chunk=chunk,
+                  share_prefix=share_prefix)
     if rm.retain is None:
         return forget, None
     retain = Side(rm.retain, rm.retain_kw, rm.alpha, encode_rows(tokenizer, retain_rows, max_length, windows),
-                  refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length, chunk=chunk)
+                  refusal_twins(retain_rows, 1) if refusals else None, dict(rm.retain_loop_kw), max_length, chunk=chunk,
+                  share_prefix=share_prefix)
     return forget, retain
 
 
@@ -458,12 +462,13 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
     acc = accelerator or make_accelerator(train, tracking)
     chunk = vocab_chunk(train, model)
-    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk, windows)
+    fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk, windows,
+                          train.share_prefix)
     if "trainable_params" in rm.loop_kw and has_adapters(model):
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
         select_trainable(model, rm.loop_kw["trainable_params"], rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
-    frozen = FrozenModels(model, rm.teacher_kw, chunk=chunk) if rm.needs_frozen else None
+    frozen = FrozenModels(model, rm.teacher_kw, chunk=chunk, share_prefix=train.share_prefix) if rm.needs_frozen else None
     if frozen is not None:
         place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
@@ -531,7 +536,7 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
 
     def compute(idx: list[int], part: str) -> tuple[float, torch.Tensor]:
         b, s = _shard_batch(enc, idx, acc, pad)
-        return 1.0, forward_stats(model, b, keep_logits=False, chunk=chunk).nll.mean() * s
+        return 1.0, forward_stats(model, b, keep_logits=False, chunk=chunk, share_prefix=train.share_prefix).nll.mean() * s
 
     plan = LossPlan(parts=("nll",), compute=compute)
     lengths = [len(e.input_ids) for e in enc] if train.group_by_length else None
