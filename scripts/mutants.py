@@ -45,6 +45,8 @@ T_TOFU = ("tests/eval/test_tofu.py",)
 T_MEM = ("tests/eval/test_memorization.py", "tests/eval/test_mia.py")
 T_CL = ("tests/eval/test_closer_look.py",)
 T_SCORE = ("tests/eval/test_score.py", "tests/sweep/test_compare.py")
+T_PREFIX = ("tests/modeling/test_prefix.py",)
+T_PREPARE = ("tests/cli/test_prepare.py",)
 
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
@@ -412,6 +414,33 @@ MUTANTS: list[Mutant] = [
     Mutant("reproduce: evaluations' metrics dropped", "cli/reproduce.py",
            "    for d in [run_dir, *(eval_dir(run_dir, i) for i in range(len(table.evals)))]:\n        ev.update(",
            "    for d in [run_dir]:\n        ev.update(", ("tests/cli/test_reproduce.py",)),
+
+    # a batch's shared prefix run once (modeling/prefix.py, logprobs._stats_of), TOFU on its last N authors, the
+    # two-sided MIA gap, validate's nested keys
+    Mutant("prefix: labels inside the prefix ignored", "modeling/prefix.py",
+           "length = min(common, first_label, T - 1)", "length = min(common, T - 1)", T_PREFIX),
+    Mutant("prefix: positions restart after the prefix", "modeling/prefix.py",
+           "positions = torch.arange(length, T, device=input_ids.device)",
+           "positions = torch.arange(0, T - length, device=input_ids.device)", T_PREFIX),
+    Mutant("prefix: sharing under gradient checkpointing", "modeling/prefix.py",
+           "if getattr(inner, flag, False) or hasattr(inner, \"_orig_mod\"):", "if hasattr(inner, \"_orig_mod\"):",
+           T_PREFIX),
+    Mutant("prefix: the measurement accepts anything", "modeling/logprobs.py",
+           "torch.allclose(shared, plain, rtol=1e-3, atol=1e-4)", "torch.allclose(shared, plain, rtol=1e3, atol=1e-4)",
+           T_PREFIX),
+    Mutant("prefix: label columns put after the rest", "modeling/logprobs.py",
+           "stats.mask = F.pad(stats.mask, (length, 0), value=False)",
+           "stats.mask = F.pad(stats.mask, (0, length), value=False)", T_PREFIX),
+    Mutant("prefix: hidden states of the prefix put last", "modeling/logprobs.py",
+           "torch.cat([seen[-2].expand(hidden.shape[0], -1, -1), hidden], dim=1)",
+           "torch.cat([hidden, seen[-2].expand(hidden.shape[0], -1, -1)], dim=1)", T_PREFIX),
+    Mutant("tofu subset: retain keeps the forget authors", "data/tofu_subset.py",
+           "out[f\"retain{100 - p}\"] = mine[:-n]", "out[f\"retain{100 - p}\"] = mine[n:]", T_PREPARE),
+    Mutant("tofu subset: utility's retain rows from the wrong end", "data/tofu_subset.py",
+           "out[\"retain_perturbed\"] = tail[:-largest]", "out[\"retain_perturbed\"] = tail[largest:]", T_PREPARE),
+    Mutant("mia: the gap one-sided", "eval/mia.py", "abs(auc - 0.5)", "(auc - 0.5)", T_MEM),
+    Mutant("validate: nested keys not counted", "cli/configured.py",
+           "+ _unknown_nested(data, cls)", "+ 0 * _unknown_nested(data, cls)", ("tests/cli/test_validate.py",)),
 
 ]
 

@@ -47,6 +47,7 @@ RESOLVED_ONLY = {
     "cais/wmdp": "WMDP comes from the Hugging Face hub",
     "jinzhuoran/RWKU": "RWKU comes from the Hugging Face hub",
     "configs/sweep/smollm2": "the SmolLM2 study: hours of CPU, and a database server or a shared file system",
+    "configs/tofu/smollm2/": "fine-tunes SmolLM2-135M on 20 TOFU authors: hours of CPU",
 }
 
 # Appended to each README command (later overrides win): a few optimizer steps, 2 eval rows of 4 new tokens,
@@ -86,7 +87,7 @@ OUTPUTS = {
 }
 
 # What a command without an output directory prints.
-PRINTS = {"compare": "wrote", "ls": "forget objectives", "validate": "valid (", "calibrate": "| tau | layers |", "audit": "recovered",
+PRINTS = {"prepare": "forget10.jsonl: 40 rows", "compare": "wrote", "ls": "forget objectives", "validate": "valid (", "calibrate": "| tau | layers |", "audit": "recovered",
           "verify": "match"}
 
 DEMO = "obliviate demo"  # the README's first command: run once per module, the later commands start from its output

@@ -53,9 +53,33 @@ def test_every_cited_doc_and_section_exists():
 
 def test_the_readme_links_the_docs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for name in ("docs/METHODS.md", "docs/METRICS.md", "docs/DESIGN.md", "docs/results.md", "CHANGELOG.md"):
+    for name in ("docs/METHODS.md", "docs/METRICS.md", "docs/DESIGN.md", "docs/GUIDE.md", "docs/results.md",
+                 "CHANGELOG.md"):
         assert f"({name})" in readme, f"the README does not link {name}"
         assert (ROOT / name).is_file(), name
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """Links to files (and to a heading in them) from README.md, CHANGELOG.md and docs/*.md point at something."""
+    checked = 0
+    for page in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.relative_to(ROOT)} links {target}: no such file"
+            if anchor and dest.suffix == ".md":
+                heads = re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), flags=re.M)
+                assert anchor in {_anchor(h) for h in heads}, f"{page.relative_to(ROOT)} links {target}: no such heading"
+            checked += 1
+    assert checked > 20
 
 
 def test_the_license_file_is_the_license_pyproject_declares():
