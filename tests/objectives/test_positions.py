@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.data.tokenize import collate, pad_id
-from obliviate.modeling.logprobs import IGNORE_INDEX, position_labels
+from obliviate.modeling.logprobs import IGNORE_INDEX
+from obliviate.modeling.positions import position_labels
 from obliviate.objectives import FORGET, RETAIN
 
 

@@ -151,7 +151,8 @@ def test_micro_batch_losses_average_to_the_step_token_mean(name, registry, kwarg
     from accelerate import Accelerator
 
     from obliviate.data.tokenize import collate
-    from obliviate.modeling.logprobs import every_token_labels, forward_stats
+    from obliviate.modeling.logprobs import forward_stats
+    from obliviate.modeling.positions import every_token_labels
 
     model = copy.deepcopy(trained_small).double()
     rows = small_world.splits["forget10"][:3]

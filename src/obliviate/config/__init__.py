@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import types
 import typing
 from dataclasses import dataclass
@@ -183,10 +182,6 @@ def method_label(forget: Any, retain: Any, rule: Any = "sum") -> str:
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # train.report_to: accelerate's tracker names
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def check_layer_list(value: Any, key: str) -> None:

@@ -159,5 +159,3 @@ def collate(examples: Sequence[Encoded], pad: int, left: bool = False) -> dict[s
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(att), "labels": torch.tensor(lab)}
 
 
-def encode_many(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
-    return [encode_qa(tokenizer, q, a, max_length) for q, a in pairs]

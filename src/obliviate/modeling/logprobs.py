@@ -237,46 +237,6 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], **extra}
 
 
-def every_token_labels(batch: Mapping[str, Any]) -> Tensor:
-    """[B, T] labels counting every real token (prompt included, padding not): a sequence-level loss."""
-    return batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
-
-
-POSITIONS = ("answer", "sequence", "batch", "max_length")
-
-
-def pad_to(batch: Mapping[str, Any], width: int, pad: int) -> dict[str, Any]:
-    """A right-padded [B, T] batch widened to [B, width] (pad ids, attention 0, labels -100); width >= T."""
-    extra = width - batch["input_ids"].shape[1]
-    if extra < 0:
-        raise ValueError(f"cannot pad a batch of width {batch['input_ids'].shape[1]} to {width}")
-    fill = {"input_ids": pad, "attention_mask": 0, "labels": IGNORE_INDEX}
-    return {k: F.pad(v, (0, extra), value=fill[k]) if k in fill else v for k, v in batch.items()}
-
-
-def position_labels(batch: Mapping[str, Any], positions: str, *, pad: int, vocab_size: int, max_length: int,
-                    last: bool = False) -> dict[str, Any]:
-    """The batch relabelled so that every position `positions` names counts (docs/METHODS.md §8); [B, T] -> [B, T'].
-
-    "sequence": every real token (prompt included, padding not). "batch": every position of the batch as padded
-    to its longest row, prompt and padding included; "max_length": the same with every row padded to
-    `max_length` (closer-look pads so). Where the labels said -100 the target becomes vocab_size − 100 (the id a
-    −100 label indexes in the reference code's one-hot); `last` also counts the last position of each row
-    (a KL over every logit, as open-unlearning's kl_div on the flattened logits), by padding one column more.
-    """
-    if positions == "answer":
-        return dict(batch)
-    if positions == "sequence":
-        return {**batch, "labels": every_token_labels(batch)}
-    if positions not in POSITIONS:
-        raise ConfigError(f"positions must be one of {list(POSITIONS)}, got {positions!r}")
-    width = max(max_length, batch["input_ids"].shape[1]) if positions == "max_length" else batch["input_ids"].shape[1]
-    out = pad_to(batch, width + (1 if last else 0), pad)
-    labels = out["labels"]
-    out["labels"] = labels.masked_fill(labels == IGNORE_INDEX, IGNORE_INDEX % vocab_size)
-    return out
-
-
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     """The stack of decoder layers (the ModuleList as long as config.num_hidden_layers); DDP/PEFT unwrapped."""
     inner = getattr(model, "module", model)
@@ -514,12 +474,6 @@ def token_kl(p: TokenStats, q: TokenStats) -> Tensor:
 def masked_token_kl(p: TokenStats, q: TokenStats, reduction: str = "example") -> Tensor:
     """KL(p ‖ q) averaged over answer tokens (`q`'s mask and token_total) -> scalar; see `answer_mean`."""
     return q.mean(token_kl(p, q), reduction)
-
-
-@torch.no_grad()
-def per_example_avg_loss(model: torch.nn.Module, batch: Mapping[str, Any]) -> Tensor:
-    """[B] mean answer-token NLL of each example (docs/METRICS.md §1.1 `avg_loss`), no gradients kept."""
-    return forward_stats(model, batch, keep_logits=False).nll
 
 
 def hidden_at(stats: TokenStats, layer: int) -> Tensor:

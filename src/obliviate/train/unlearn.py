@@ -20,9 +20,9 @@ from obliviate.modeling.logprobs import (
     IGNORE_INDEX,
     decoder_layers,
     forward_stats,
-    position_labels,
     resolve_vocab_chunk,
 )
+from obliviate.modeling.positions import position_labels
 from obliviate.modeling.teacher import Teacher
 from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
