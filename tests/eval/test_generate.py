@@ -14,6 +14,7 @@ from obliviate.eval.generate import (
     length_order,
     token_batches,
 )
+from obliviate.modeling import prefix
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
 
@@ -139,7 +140,7 @@ def test_answers_to_one_question_are_scored_after_one_shared_prompt(tok_model, m
     pairs = [(q, a) for q, _ in QA[:3] for a in answers] + [(UNSEEN[1], "No idea.")]  # 3 groups + a singleton
     calls = []
     real = g._shared_losses
-    monkeypatch.setattr(g, "_SHARING_OK", {})  # measured once per (class, dtype): start unmeasured
+    monkeypatch.setattr(prefix, "_EXACT", {})  # measured once per kind of model: start unmeasured
     monkeypatch.setattr(g, "_shared_losses", lambda m, groups, *a: calls.append(len(groups)) or real(m, groups, *a))
     shared = batched_avg_loss(model, tok, pairs, batch_size=2 * len(answers))
     plain = batched_avg_loss(model, tok, pairs, batch_size=4, share_prompts=False)
@@ -149,7 +150,7 @@ def test_answers_to_one_question_are_scored_after_one_shared_prompt(tok_model, m
     assert calls == [1, 2, 1]  # the exactness check on one group, then chunks of <= 2 x len(answers) answers
     assert model.training
     # a model on which sharing would change the values keeps the plain path
-    monkeypatch.setattr(g, "_SHARING_OK", {})
+    monkeypatch.setattr(prefix, "_EXACT", {})
     monkeypatch.setattr(g, "_shared_losses", lambda m, groups, *a: np.zeros(sum(len(x) for x in groups)))
     np.testing.assert_allclose(batched_avg_loss(model, tok, pairs, batch_size=8), plain, atol=1e-5, rtol=0)
 

@@ -17,6 +17,7 @@ from torch import Tensor
 from obliviate.data.tokenize import Encoded, collate, encode_qa_many, pad_id, prompt_ids
 from obliviate.eval.decode import cache_classes, free_bytes, generation_rows, greedy_decode, model_device
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats, head_width, output_head, resolve_vocab_chunk
+from obliviate.modeling.prefix import prefix_is_exact
 from obliviate.progress import phase
 
 
@@ -293,25 +294,16 @@ def _restore_cache(cache: Any, saved: list[tuple[Tensor, Tensor]]) -> None:
         layer.keys, layer.values = k, v
 
 
-_SHARING_OK: dict[tuple[type, torch.dtype], bool] = {}  # per architecture and dtype: checked once a process
-
-
 def _sharing_is_exact(model: Any, encoded: Sequence[Encoded], group: list[int], pad: int, device: torch.device) -> bool:
     """Whether prompt sharing gives this model's plain values (1e-4 relative) on one group: a model whose forward
     ignores position_ids or a KV cache would not; it then keeps the plain path. The answer depends on the
-    architecture and precision, not the weights, so it is measured once per (class, dtype)."""
-    key = (type(model), next(model.parameters()).dtype)
-    if key not in _SHARING_OK:
-        _SHARING_OK[key] = _measure_sharing(model, encoded, group, pad, device)
-    return _SHARING_OK[key]
+    architecture and precision, not the weights, so it is measured once per kind of model (`prefix_is_exact`)."""
+    return prefix_is_exact(model, lambda: _measure_sharing(model, encoded, group, pad, device), kind="prompt")
 
 
 def _measure_sharing(model: Any, encoded: Sequence[Encoded], group: list[int], pad: int, device: torch.device) -> bool:
     """Shared-prompt losses of one group equal the plain path's (see `_sharing_is_exact`)."""
-    try:
-        shared = _shared_losses(model, [[encoded[i] for i in group]], pad, device)
-    except (TypeError, ValueError, RuntimeError, AttributeError):
-        return False
+    shared = _shared_losses(model, [[encoded[i] for i in group]], pad, device)  # an error: prefix_is_exact's no
     batch = {k: v.to(device) for k, v in collate([encoded[i] for i in group], pad).items()}
     plain = forward_stats(model, batch, keep_logits=False).nll.double().cpu().numpy()
     return bool(np.allclose(shared, plain, rtol=1e-4, atol=1e-5))

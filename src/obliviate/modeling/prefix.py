@@ -87,19 +87,20 @@ def prefix_forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Te
                  use_cache=True, **{keyword: cache})
 
 
-_EXACT: dict[tuple, bool] = {}  # (class, dtype, attention backend, training) -> prefix sharing measured exact
+_EXACT: dict[tuple, bool] = {}  # (kind, class, dtype, attention backend, training) -> a shared path measured exact
 
 
-def prefix_is_exact(model: torch.nn.Module, measure: Callable[[], bool]) -> bool:
-    """Whether sharing gives this model's plain values: `measure()` once per (class, dtype, attention backend,
-    training mode), its answer kept for the process; an error while measuring counts as no. The RNG state is
-    left as it was (a model with dropout would otherwise draw differently after the check)."""
+def prefix_is_exact(model: torch.nn.Module, measure: Callable[[], bool], kind: str = "prefix") -> bool:
+    """Whether a shared path (`kind`: this module's prefix, or eval's shared prompts) gives this model's plain
+    values: `measure()` once per (kind, class, dtype, attention backend, training mode), its answer kept for the
+    process; an error while measuring counts as no. The RNG state is left as it was (a model with dropout would
+    otherwise draw differently after the check)."""
     config = getattr(model, "config", None)
     try:
         dtype = next(model.parameters()).dtype
     except StopIteration:
         return False
-    key = (type(model), dtype, getattr(config, "_attn_implementation", None), model.training)
+    key = (kind, type(model), dtype, getattr(config, "_attn_implementation", None), model.training)
     if key not in _EXACT:
         with torch.random.fork_rng(), torch.no_grad():
             try:
