@@ -137,15 +137,32 @@ def test_gru_gamma_is_a_rule_parameter_by_hand():
     for r in (R, [t(1, 1, -1)]):
         combine_into("gru", list(F), list(r), got.__setitem__, alpha=0.5, gamma=2.0, state=streamed, params=params)
     close(got, out[:1], tol=1e-6)
-    # other rules leave it out; a name no rule takes and a γ_gru outside (0, 1) are refused
-    close(combine("sum", F, R, alpha=0.5, gamma=2.0, params=params)[0], [[1.5, -3.5, 1.5]])
-    with pytest.raises(ValueError, match=r"unknown gradient-rule setting\(s\) \['gru_gama'\]"):
+    # a setting the rule does not take (another rule's, or a misspelt one) and a γ_gru outside (0, 1) are refused
+    with pytest.raises(ValueError, match=r"rule 'sum' takes no setting\(s\) \['gru_gamma'\]; .*: none"):
+        combine("sum", F, R, alpha=0.5, gamma=2.0, params=params)
+    with pytest.raises(ValueError, match=r"rule 'gru' takes no setting\(s\) \['gru_gama'\]; .*\['gru_gamma'\]"):
         combine("gru", F, R, alpha=0.5, gamma=2.0, state=RuleState(), params={"gru_gama": 0.9})
     with pytest.raises(ValueError, match="gru_gamma must lie strictly between 0 and 1"):
         combine("gru", F, R, alpha=0.5, gamma=2.0, state=RuleState(), params={"gru_gamma": 1.0})
-    assert CombineConfig().gru_gamma == 0.8
-    with pytest.raises(ConfigError, match=r"method.combine.gru_gamma=0.0 is impossible"):
-        CombineConfig(rule="gru", gru_gamma=0.0)
+    assert CombineConfig().args == {}
+    with pytest.raises(ConfigError, match=r"method.combine.args=\[0.9\] is impossible"):
+        CombineConfig(rule="gru", args=[0.9])
+
+
+def test_rule_settings_come_from_the_rule_function_alone():
+    """A rule's settings (method.combine.args) are its keyword-only parameters with defaults, the loop's own
+    (alpha, gamma, state, reduce, masks, coefs) excepted: gru has gru_gamma = 0.8, every other built-in rule none."""
+    from obliviate.gradients import GRU_GAMMA, RULES
+
+    assert RULES.get("gru").defaults() == {"gru_gamma": GRU_GAMMA} and GRU_GAMMA == 0.8
+    assert RULES.get("gru").params == ("gru_gamma",)
+    assert {n: RULES.get(n).defaults() for n in RULES.names() if n != "gru"} == \
+        {n: {} for n in RULES.names() if n != "gru"}
+    assert RULES.get("gru").resolve({}) == {"gru_gamma": 0.8}
+    assert RULES.get("gru").resolve({"gru_gamma": 0.95}) == {"gru_gamma": 0.95}
+    for bad in (0.0, 1.0, True, "0.9"):
+        with pytest.raises(ValueError, match="gru_gamma must lie strictly between 0 and 1"):
+            RULES.get("gru").resolve({"gru_gamma": bad})
 
 
 def test_gru_authors_has_no_epsilon():

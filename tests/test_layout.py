@@ -48,3 +48,10 @@ def test_deferred_and_private_imports_are_seen(tmp_path, monkeypatch):
     assert s["deferred_imports"] == 1
     assert s["private_imports"] == ["sub.high <- low._hidden"]
     assert s["module_cycles"] == [] and s["floors"] == 4  # low(1) <- sub(2) <- back(3) <- low2(4)
+
+
+def test_no_module_is_over_500_lines():
+    """Big modules hide logic behind a package face: each module stays at most 500 lines (split by what it holds)."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "src" / "obliviate").rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}, long

@@ -216,6 +216,7 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
             assert all(len(res["runs"][m]["history"]) == 2 for m in cfg.methods)
         if command == "demo":
             expected += [f"models/{name.lower()}/model.safetensors" for name in cfg.methods]
+            _each_card_holds_its_own_models_metrics(out_dir, list(cfg.methods))
             expected += [f"audit/{name.lower()}/audit.json" for name in cfg.methods] if cfg.audit else []
         if command == "unlearn" and cfg.continual.enabled:
             expected.append("continual.md")
@@ -225,6 +226,25 @@ def test_readme_command_runs(cmd, sandbox, monkeypatch):
             path = out_dir / rel
             assert path.is_file(), f"`{cmd}` did not write {path}"
             assert path.stat().st_mtime >= started - 1, f"{path} is older than the run of `{cmd}`"
+
+
+def _each_card_holds_its_own_models_metrics(out_dir: Path, methods: list[str]) -> None:
+    """Each unlearned model's card (model-index) and receipt carry that model's own evaluation, not another's."""
+    import json
+
+    from huggingface_hub import metadata_load
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+
+    runs = json.loads((out_dir / "results.json").read_text())["runs"]
+    values = {}
+    for name in methods:
+        index = metadata_load(out_dir / "models" / name.lower() / "README.md")["model-index"]
+        values[name] = {r.metric_type: r.metric_value for r in model_index_to_eval_results(index)[1]}
+        assert values[name] and all(runs[name]["metrics"][k] == v for k, v in values[name].items()), name
+        receipt = json.loads((out_dir / "models" / name.lower() / "receipt.json").read_text())
+        after = receipt["metrics"]["after"]
+        assert after and all(runs[name]["metrics"][k] == v for k, v in after.items() if v == v), name
+    assert len({json.dumps(v, sort_keys=True) for v in values.values()}) == len(methods)  # each its own numbers
 
 
 def test_readme_python_runs_after_its_commands(sandbox):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 SOURCES = {"forget": PACKAGE / "objectives" / "forget.py", "retain": PACKAGE / "objectives" / "retain.py",
-           "rule": PACKAGE / "gradients.py"}
+           "rule": PACKAGE / "gradients" / "rules.py"}
 DECORATORS = {"forget": "forget_objective", "retain": "retain_term", "rule": "rule"}
 
 

@@ -250,7 +250,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
         skipped.append("skipped: the method's layer indices against the model's layer count (its config.json is "
                        "not local)")
     lines = (_schedule_line(cfg, len(forget)) if loaded else []) + [
-        f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule}, "
+        f"method: {cfg.method.forget} + {cfg.method.retain or 'no retain term'}, rule {rm.rule.name}, "
         f"needs {sorted(rm.needs()) or 'nothing extra'}",
         f"data: {len(forget)} forget and {len(retain)} retain {kind}" if loaded else
         f"data: {source} not loaded, so " + ("neither the overlap of forget and retain nor the schedule is checked"

@@ -187,12 +187,14 @@ def test_gguf_round_trips_follow_the_rule_and_stay_within_the_scale():
 
 
 def test_gguf_rows_that_do_not_fit_stay_float16():
-    model = torch.nn.Sequential(torch.nn.Linear(30, 8), torch.nn.Linear(64, 16))
+    # rows of 96 = 3 blocks of 32 fit (a multiple of 32, not of 64); rows of 30 do not
+    model = torch.nn.Sequential(torch.nn.Linear(30, 8), torch.nn.Linear(96, 16))
     before = [m.weight.detach().clone() for m in model]
     assert unfit_layers(model, "gguf_q4_0") == ["0"] and unfit_layers(model, "nf4") == []
     assert quantize_weights(model, "gguf_q4_0") == 2
     assert torch.equal(model[0].weight, before[0].half().float())  # as llama.cpp's converter: F16
     assert torch.equal(model[1].weight, gguf_roundtrip(before[1], "Q4_0"))
+    assert not torch.equal(model[1].weight, before[1].half().float())
     with pytest.raises(Exception, match="Q4_0"):
         gguf_roundtrip(before[0], "Q4_0")
 

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from obliviate.cli import main
 from obliviate.data.synthetic import make_world, write_world
@@ -314,7 +315,19 @@ def test_ls_into_a_closed_pipe_is_quiet():
     assert proc.wait() == 141 and "Traceback" not in err, err
 
 
-def test_unlearn_evaluates_during_training_and_keeps_the_best_step(world_dir, target_dir, tmp_path, capsys):
+def test_unlearn_evaluates_during_training_and_keeps_the_best_step(world_dir, target_dir, tmp_path, capsys,
+                                                                    monkeypatch):
+    from safetensors.torch import load_file
+
+    from obliviate.train.monitor import Monitor
+
+    seen, consider = {}, Monitor._consider
+
+    def record(self, step, value, model):  # the weights every evaluation saw
+        seen[step] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        return consider(self, step, value, model)
+
+    monkeypatch.setattr(Monitor, "_consider", record)
     out = tmp_path / "best"
     rc = main(["unlearn", "--config", "configs/tofu/graddiff.yaml", f"model.path={target_dir}",
                f"data.source={world_dir}", "data.forget_split=forget10", "data.retain_split=retain90",
@@ -332,6 +345,12 @@ def test_unlearn_evaluates_during_training_and_keeps_the_best_step(world_dir, ta
     assert metrics["best_step"] == max(scores, key=lambda s: (scores[s], -s))
     assert metrics["best_score"] == pytest.approx(scores[metrics["best_step"]])
     assert f"kept the weights of step {metrics['best_step']}" in capsys.readouterr().out
+    # the saved model holds the best step's weights, not the last step's
+    assert metrics["best_step"] != 5, "the run's best step must differ from its last for this check to bite"
+    saved = load_file(str(out / "model.safetensors"))
+    best = seen[metrics["best_step"]]
+    assert all(torch.equal(saved[n], best[n]) for n in saved if n in best) and set(saved) & set(best)
+    assert any(not torch.equal(saved[n], seen[5][n]) for n in saved if n in seen[5])
 
 
 def test_bad_evaluation_during_training_is_refused_before_loading(world_dir, target_dir, tmp_path, capsys):

@@ -241,6 +241,8 @@ def test_answer_forms_are_derived_per_family_and_the_span_finds_them():
     demonym_family = Fact("lang-en", "languages", "England", "What language is spoken in England?", "English")
     assert K.answer_forms(demonym_family) == ["English"]  # only nationality families map a demonym to its country
     assert K.answer_forms(LEGS) == ["eight", "8", "8 legs"]
+    digits = Fact("legs-insect", "science_basics", "", "How many legs does an insect have?", "6", ("20", "21"))
+    assert K.answer_forms(digits) == ["6", "six", "20", "twenty", "21"]  # a digit is written as a word too (to 20)
     reply = "It is located in the Australian state of New South Wales."
     s, e = K.answer_span(reply, OPERA)
     assert reply[s:e] == "Australian"

@@ -230,3 +230,11 @@ def test_a_rewritten_log_is_read_again(tmp_path):
         log.write_text(json.dumps({"forget_truth_ratio": {"value_by_index": {str(i): {"score": s} for i, s in
                                                                              enumerate(scores)}}}))
         assert load_retain_reference(log, len(scores)).tolist() == scores
+    # a rewrite of the same size (another score with as many digits) is a new version too: its time differs
+    import os
+
+    before = log.stat()
+    log.write_text(log.read_text().replace("0.125", "0.375"))
+    os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert log.stat().st_size == before.st_size
+    assert load_retain_reference(log, 3).tolist() == [0.75, 0.375, 2.0]

@@ -102,6 +102,32 @@ def test_a_template_that_calls_the_clock_directly_gets_the_fixed_date_in_its_own
     assert prompt_text(tok, Q) == "Day 2031-03-02|Where was Ann born?>"
 
 
+def test_template_arguments_reach_a_template_that_has_no_clock(small_tok):
+    """The format's template_args are keyword arguments of the render itself: a template that reads date_string and
+    a key of its own, with no strftime_now to fall back on, prints exactly what the format set."""
+    tok = copy.deepcopy(small_tok)
+    tok.chat_template = ("{{ 'Date ' + (date_string if date_string is defined else 'none') + '|' + "
+                         "(tone if tone is defined else 'plain') + '|' }}{% for m in messages %}{{ m['content'] }}"
+                         "{% endfor %}")
+    assert prompt_text(tok, Q) == "Date 10 Apr 2025|plain|Where was Ann born?"
+    chat.set_format(tok, None, {"date_string": "02 Mar 2031", "tone": "terse"})
+    assert prompt_text(tok, Q) == "Date 02 Mar 2031|terse|Where was Ann born?"
+
+
+def test_a_system_turn_alone_travels_with_a_saved_model(small_tok, tmp_path):
+    """A format with a system turn and no template arguments (a template without dates) is saved and read back."""
+    from obliviate.modeling.load import load_tokenizer
+
+    tok = copy.deepcopy(small_tok)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] + ':' + m['content'] + ';' }}{% endfor %}"
+    chat.set_format(tok, "Answer briefly.", {})
+    tok.save_pretrained(tmp_path)
+    chat.save(tok, tmp_path)
+    again = load_tokenizer(str(tmp_path))
+    assert chat.get_format(again) == {"system": "Answer briefly.", "template_args": {}, "prompt_template": None}
+    assert prompt_text(again, Q).startswith("system:Answer briefly.;user:Where was Ann born?;")
+
+
 def test_templates_without_dates_get_no_date_argument(small_tok):
     tok = copy.deepcopy(small_tok)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -76,7 +76,11 @@ def test_undial_batch_positions_equal_open_unlearnings_formula(pair, small_world
                               reduction="none").mean()
         answer = _side(FORGET, "undial", small_tok, rows, {"beta": beta}).loss(student, frozen, [0, 1, 2],
                                                                                Accelerator(cpu=True), pad)
+        # inside a run the loop passes the optimizer step's rows; "batch" positions still average over the
+        # micro-batch's own positions (not the step's answer-token count, which only "answer" pools by)
+        in_step = side.loss(student, frozen, [0, 1, 2], Accelerator(cpu=True), pad, step=([0, 1, 2], 1))
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(in_step, ref, rtol=1e-10, atol=1e-10)
     assert abs(answer.item() - ref.item()) > 1e-3  # answer tokens only is another number
 
 

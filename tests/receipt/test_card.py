@@ -82,6 +82,18 @@ def test_the_card_metadata_round_trips_through_huggingface_hub():
     assert "licence unknown" in body
 
 
+def test_each_result_names_the_split_it_was_measured_on():
+    """forget_* -> eval.forget_split, retain_* -> eval.retain_split, real_authors_* and world_facts_* -> their own."""
+    after = {"forget_truth_ratio": 0.5, "retain_truth_ratio": 0.25, "real_authors_truth_ratio": 0.625,
+             "world_facts_truth_ratio": 0.75}
+    _, results = parsed(model_card(receipt("eval.real_authors_split=ra_split", "eval.world_facts_split=wf_split"),
+                                   [], after))
+    assert {k: r.dataset_config for k, r in results.items()} == {
+        "forget_truth_ratio": "forget10_perturbed", "retain_truth_ratio": "retain_perturbed",
+        "real_authors_truth_ratio": "ra_split", "world_facts_truth_ratio": "wf_split"}
+    assert {k: r.metric_value for k, r in results.items()} == after
+
+
 def test_max_examples_is_recorded_with_the_results_and_no_evaluation_means_no_model_index():
     _, results = parsed(model_card(receipt("eval.max_examples=4"), [], {"forget_quality": 0.1}))
     assert results["forget_quality"].dataset_args == {"max_examples": 4}

@@ -65,6 +65,19 @@ def test_best_at_matched_utility_with_its_seed_spread_or_none_found():
     assert "ASU #4 (pruned)" in text and [name for name, _ in figs] == ["frontier.png"]
 
 
+def test_failed_or_pruned_repeats_are_not_seeds():
+    """A repeat of the best that was pruned or failed has no finished metrics: it is neither in the seed spread nor
+    in the count of seeds passing the bar (2 of 2, as without it)."""
+    bar = parse_bar({}, KNOWLEDGE_DEFAULTS, None)
+    extra = [_p("ASU", 6, 0.0, 0.1, 0.1, 0.9, state="pruned", repeat_of="ASU #1"),
+             _p("ASU", 7, 0.9, 1.0, 1.0, 0.0, state="fail", repeat_of="ASU #1")]
+    coll = Collection(list(POINTS) + extra, dict(ORIGINAL), "knowledge")
+    best = {b.method: b for b in best_per_method(coll, bar)}
+    assert [p.name for p in best["ASU"].seeds] == ["ASU #1", "ASU #5"]
+    summary = build_report(coll)[1]
+    assert summary["methods"]["ASU"]["seeds"] == [0.3, 0.5] and summary["methods"]["ASU"]["seeds_passing"] == 2
+
+
 def test_a_stricter_bar_changes_the_winner():
     bar = parse_bar({"keep": {"neighbours_accuracy": 0.99}}, KNOWLEDGE_DEFAULTS, None)
     best = {b.method: b.point for b in best_per_method(_coll(), bar)}

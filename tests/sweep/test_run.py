@@ -278,7 +278,7 @@ def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_wo
 
 
 def test_stale_trials_a_dead_worker_a_silent_one_and_one_that_never_named_its_worker(tmp_path):
-    from obliviate.sweep.run import ORPHAN_S, WORKER, fail_stale
+    from obliviate.sweep.workers import ORPHAN_S, WORKER, fail_stale
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -122,6 +122,20 @@ def test_the_estimate_counts_only_the_rows_the_run_uses(small_world, small_tok, 
     assert tokens < sum(_count(e, "targets") for e in enc) / 3
 
 
+def test_the_estimate_counts_every_accumulated_micro_batch(small_world, small_tok, trained_small, capsys):
+    """2 steps of 2 accumulated micro-batches of 3 touch 12 of 30 retain rows: the cache is sized for those 12."""
+    from obliviate.train.unlearn import _count, encode_rows, planned_rows
+
+    retain = small_world.splits["retain90"][:30]
+    unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:4], retain,
+            _method("graddiff_kl"), _cfg(max_steps=2, grad_accum=2), max_length=64)
+    _, used = planned_rows(4, 30, 3, 0, 4)
+    assert len(used) == 12
+    enc = encode_rows(small_tok, retain, 64)
+    tokens = sum(_count(enc[i], "targets") for i in used)
+    assert f"kl reference exact: {tokens} answer tokens ×" in capsys.readouterr().err
+
+
 def test_bad_cache_settings_are_config_errors(small_world, small_tok, trained_small):
     with pytest.raises(ConfigError, match="method.cache must be one of"):
         _run(copy.deepcopy(trained_small), small_world, small_tok, _method("asu_kl", cache="yes"))

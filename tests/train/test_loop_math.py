@@ -131,8 +131,10 @@ def test_accumulated_step_writes_the_same_combination(rule, reduction, plain_sgd
 
 
 def test_gru_gamma_reaches_the_rule_and_the_fingerprint(monkeypatch, small_world, small_tok, trained_small):
-    """method.combine.gru_gamma is handed to the rule at every step and recorded in the run's settings (gru only)."""
+    """method.combine.args.gru_gamma is handed to the rule (its spec, looked up once) at every step and recorded in
+    the run's settings; a rule that takes no such setting refuses it before the run starts."""
     from obliviate import gradients
+    from obliviate.errors import ConfigError
     from obliviate.train.unlearn import resolve_method
 
     seen, original = [], gradients.combine_into
@@ -142,10 +144,13 @@ def test_gru_gamma_reaches_the_rule_and_the_fingerprint(monkeypatch, small_world
         return original(rule, *a, params=params, **kw)
 
     monkeypatch.setattr(gradients, "combine_into", spy)
-    method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="gru", gru_gamma=0.9))
+    method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="gru", args={"gru_gamma": 0.9}))
     unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:N],
             small_world.splits["retain90"][:N], method, replace(_cfg(), max_steps=2), max_length=64)
-    assert seen == [("gru", {"gru_gamma": 0.9})] * 2
-    assert resolve_method(method).settings()["combine"]["gru_gamma"] == 0.9
-    sago = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="sago", gru_gamma=0.9))
-    assert "gru_gamma" not in resolve_method(sago).settings()["combine"]
+    assert seen == [(gradients.RULES.get("gru"), {"gru_gamma": 0.9})] * 2
+    assert resolve_method(method).settings()["combine"] == {"rule": "gru", "separate_backward": True, "gru_gamma": 0.9}
+    default = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="gru"))
+    assert resolve_method(default).settings()["combine"]["gru_gamma"] == 0.8
+    sago = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="sago", args={"gru_gamma": 0.9}))
+    with pytest.raises(ConfigError, match=r"method.combine.args: rule 'sago' takes no setting\(s\) \['gru_gamma'\]"):
+        resolve_method(sago)

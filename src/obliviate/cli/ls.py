@@ -87,11 +87,14 @@ KEY_HELP = {
     "seed": "seed of the random steering direction",
     "trainable_params": "wmdp (mlp.down_proj of the trainable layers) | layers | list of parameter-name regexes",
     "trainable_layers": "layers trained (null: layer-2..layer)",
+    "gru_gamma": "weight of the current retain gradient in the EMA, m <- gru_gamma·g_r + (1 - gru_gamma)·m "
+                 "(the authors: 0.8, 0.9, 0.95)",
 }
 
 
 def objective_keys() -> list[tuple[str, Any, str]]:
-    """(key, default, help) of every registered forget objective's and retain term's own hyper-parameters."""
+    """(key, default, help) of every registered forget objective's, retain term's and gradient rule's own settings."""
+    from obliviate.gradients import RULES
     from obliviate.objectives import FORGET, RETAIN
 
     rows = []
@@ -104,4 +107,8 @@ def objective_keys() -> list[tuple[str, Any, str]]:
                 text = KEY_HELP.get(key, "hyper-parameter of the loss") + (f" ({' | '.join(map(str, allowed))})"
                                                                            if allowed else "")
                 rows.append((f"{section}.{key}", default, f"[{what}={name}] {text}"))
+    for name in RULES.names():
+        for key, default in RULES.get(name).defaults().items():
+            rows.append((f"method.combine.args.{key}", default,
+                         f"[method.combine.rule={name}] {KEY_HELP.get(key, 'setting of the gradient rule')}"))
     return rows

@@ -96,7 +96,7 @@ def preflight_demo(cfg: DemoConfig, *, need_output: bool = True) -> list[str]:
         lines.append(f"model: a tiny Llama trained here ({cfg.tiny.layers} layers, hidden {cfg.tiny.hidden_size})")
     for name, method in cfg.method_configs().items():
         rm = resolve_method(method)  # unknown objectives, rules and hyper-parameters
-        lines.append(f"method {name}: {method.forget} + {method.retain or 'no retain term'}, rule {rm.rule}")
+        lines.append(f"method {name}: {method.forget} + {method.retain or 'no retain term'}, rule {rm.rule.name}")
     return lines
 
 

@@ -16,9 +16,6 @@ import dataclasses
 import itertools
 import json
 import math
-import os
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +30,7 @@ from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
 from obliviate.sweep.tracks import Track, load_base, make_track, parse_axes, parse_bar
+from obliviate.sweep.workers import WORKER, Heartbeat, counts, fail_stale, is_repeat, surplus
 
 Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
@@ -180,98 +178,6 @@ def prepare_output(cfg: SweepConfig) -> bool:
     return resumed
 
 
-# --- trial bookkeeping ---------------------------------------------------------------------------------------
-
-WORKER = f"{socket.gethostname()}:{os.getpid()}"
-ORPHAN_S = 30.0  # seconds after which a running trial that never named its worker counts as stale
-
-
-def _alive(worker: str) -> bool:
-    """Whether a worker id on this machine names a running process (other machines: assumed alive)."""
-    host, _, pid = worker.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
-    if int(pid) == os.getpid():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def fail_stale(study: Any, stale_after_s: float, now: float | None = None) -> int:
-    """Fail the running trials whose worker is gone (this machine) or silent for stale_after_s; how many."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    now = time.time() if now is None else now
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        beat = t.user_attrs.get("heartbeat", t.datetime_start.timestamp() if t.datetime_start else now)
-        worker = t.user_attrs.get("worker", "")
-        # a worker names itself right after asking for a trial: a nameless one older than ORPHAN_S died in between
-        orphan = not worker and now - beat > min(ORPHAN_S, stale_after_s)
-        if (worker and not _alive(worker)) or orphan or now - beat > stale_after_s:
-            try:
-                study._storage.set_trial_user_attr(t._trial_id, "stale", True)
-                study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
-                n += 1
-            except (UpdateFinishedTrialError, RuntimeError):
-                pass
-    return n
-
-
-def counts(trial: Any) -> bool:
-    """Whether a trial uses the budget: finished (complete, pruned, failed by its own error) or running. Trials
-    failed because their worker stopped (interrupted, stale) are done again; surplus ones never ran."""
-    from optuna.trial import TrialState
-
-    if "surplus" in trial.user_attrs:
-        return False
-    if trial.state == TrialState.FAIL:
-        return "error" in trial.user_attrs
-    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-
-
-def surplus(study: Any, trial: Any, budget: int) -> bool:
-    """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget."""
-    if _is_repeat(trial):
-        return False
-    before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and not _is_repeat(t) and counts(t)]
-    return len(before) >= budget
-
-
-def _is_repeat(trial: Any) -> bool:
-    return "repeat_of" in trial.user_attrs
-
-
-class Heartbeat:
-    """A thread that stamps the running trial every few seconds so other workers know it is alive."""
-
-    def __init__(self, study: Any, trial_id: int, every_s: float) -> None:
-        self.study, self.trial_id, self.every_s = study, trial_id, every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self.study._storage.set_trial_user_attr(self.trial_id, "heartbeat", time.time())
-            except Exception:  # the trial ended meanwhile, or the storage is briefly busy: the next beat tries again
-                pass
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 # --- the worker ----------------------------------------------------------------------------------------------
 
 def _sampler(cfg: SweepConfig, plan: Plan, method: str, n_trials: int) -> Any:
@@ -290,7 +196,7 @@ def grid_point(plan: Plan, study: Any, method: str) -> dict[str, Any] | None:
     space = grid_space(plan.dims, method)
     keys = sorted(space)
     taken = {json.dumps([t.params.get(k) for k in keys]) for t in study.get_trials(deepcopy=False)
-             if counts(t) and not _is_repeat(t)}
+             if counts(t) and not is_repeat(t)}
     for combo in itertools.product(*(space[k] for k in keys)):
         if json.dumps(list(combo)) not in taken:
             return dict(zip(keys, combo))
@@ -413,7 +319,7 @@ def _next_method(plan: Plan, studies: dict[str, Any]) -> tuple[str | None, bool]
     best, waiting = None, False
     fewest = None
     for name, study in studies.items():
-        trials = [t for t in study.get_trials(deepcopy=False) if not _is_repeat(t)]
+        trials = [t for t in study.get_trials(deepcopy=False) if not is_repeat(t)]
         used = sum(counts(t) for t in trials)
         finished = sum(counts(t) and t.state.name != "RUNNING" for t in trials)
         if used < plan.budget(name) and (fewest is None or used < fewest):
@@ -429,7 +335,7 @@ def _best_trial(plan: Plan, study: Any) -> Any:
 
     from obliviate.eval.score import nearest_to_bar
 
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not _is_repeat(t)]
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not is_repeat(t)]
     i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
     return None if i is None else done[i]
 
@@ -452,7 +358,7 @@ def _repeat_due(plan: Plan, study: Any) -> bool:
 
     if plan.cfg.repeats == 0 or "repeats_of" not in study.user_attrs:
         return False
-    reps = [t for t in study.get_trials(deepcopy=False) if _is_repeat(t)]
+    reps = [t for t in study.get_trials(deepcopy=False) if is_repeat(t)]
     waiting = [t for t in reps if t.state == TrialState.WAITING]
     return bool(waiting) or sum(counts(t) for t in reps) < plan.cfg.repeats
 

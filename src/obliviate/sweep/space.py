@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from obliviate.config import MethodConfig, TrainConfig, build
+from obliviate.config import CombineConfig, MethodConfig, TrainConfig, build
 from obliviate.errors import ConfigError, ObliviateError
 
 KINDS = ("float", "int", "choices", "teacher_map")
@@ -138,13 +138,14 @@ def parse_dim(key: str, raw: Any, method_names: Sequence[str]) -> Dim:
 
 def valid_keys(methods: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Every key a dimension may name, given the sweep's methods (their objectives' hyper-parameters)."""
+    from obliviate.gradients import RULES
     from obliviate.objectives import FORGET, RETAIN
 
     keys = ["seed"] + [f"train.{f.name}" for f in dataclasses.fields(TrainConfig)]
     for f in dataclasses.fields(MethodConfig):
         if f.name == "combine":
-            keys += ["method.combine.rule", "method.combine.separate_backward", "method.combine.module_stats",
-                     "method.combine.gru_gamma"]
+            keys += [f"method.combine.{c.name}" for c in dataclasses.fields(CombineConfig) if c.name != "args"]
+            keys += [f"method.combine.args.{k}" for r in RULES.names() for k in RULES.get(r).defaults()]
         elif f.name not in ("forget_args", "retain_args"):
             keys.append(f"method.{f.name}")
     keys.append(MAP_KEY)

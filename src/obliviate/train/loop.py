@@ -137,7 +137,7 @@ class LossPlan:
 
     parts: tuple[str, ...]
     compute: Callable[[Any, str], tuple[float, Tensor]]
-    rule: str = "sum"
+    rule: Any = "sum"  # the rule's RuleSpec (or a registered name)
     separate: bool = False
     alpha: float = 1.0
     gamma: float = 1.0

@@ -15,6 +15,7 @@ from obliviate.data.refusals import RefusalTwins, load_refusals
 from obliviate.data.rows import Fields, QARow, check_disjoint, rows_from
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
+from obliviate.gradients import RuleState
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
 from obliviate.modeling.logprobs import (
     IGNORE_INDEX,
@@ -23,83 +24,16 @@ from obliviate.modeling.logprobs import (
     resolve_vocab_chunk,
 )
 from obliviate.modeling.positions import position_labels
-from obliviate.modeling.teacher import Teacher
-from obliviate.objectives import FORGET, RETAIN, ObjectiveSpec
+from obliviate.objectives import ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop
+from obliviate.train.method import ResolvedMethod, cache_trajectory, resolve_method
 from obliviate.train.optim import make_optimizer
 from obliviate.train.schedule import schedule
 from obliviate.train.tracking import plan as tracking_plan
 
 if TYPE_CHECKING:
     from obliviate.modeling.frozen import FrozenModels
-
-
-@dataclass(frozen=True)
-class ResolvedMethod:
-    """A method with registry entries and validated hyper-parameters."""
-
-    forget: ObjectiveSpec
-    forget_kw: dict[str, Any]
-    loop_kw: dict[str, Any]
-    retain: ObjectiveSpec | None
-    retain_kw: dict[str, Any]
-    gamma: float
-    alpha: float
-    rule: str
-    separate: bool
-    module_stats: bool
-    retain_loop_kw: dict[str, Any] = field(default_factory=dict)
-    rule_params: dict[str, Any] = field(default_factory=dict)  # the rule's own settings (gru_gamma)
-
-    def needs(self) -> set[str]:
-        return set(self.forget.needs) | set(self.retain.needs if self.retain else ())
-
-    @property
-    def teacher_kw(self) -> dict[str, Any] | None:
-        """tau / layers of the smoothed teacher (modeling.teacher.Teacher's args), when the forget objective has one."""
-        return Teacher.from_args(self.loop_kw).as_args() if "teacher" in self.forget.needs else None
-
-    def settings(self) -> dict[str, Any]:
-        """The resolved hyper-parameters (defaults filled in) that decide the trajectory: the run's fingerprint."""
-        return {"forget": self.forget.name, "forget_args": {**self.forget_kw, **self.loop_kw},
-                "retain": self.retain.name if self.retain else None, "retain_args": {**self.retain_kw, **self.retain_loop_kw}, "gamma": self.gamma,
-                "alpha": self.alpha, "combine": {"rule": self.rule, "separate_backward": self.separate, **self.rule_params}}
-
-    @property
-    def needs_frozen(self) -> bool:
-        return bool(self.needs() & {"reference", "teacher", "refusal_reference"})
-
-    @property
-    def needs_refusals(self) -> bool:
-        return bool(self.needs() & {"refusal", "refusal_reference"})
-
-
-def _cache_trajectory(m: MethodConfig) -> dict[str, Any]:
-    """The θ0-cache settings that change the numbers (top-k's tail bucket, bf16 rounding); exact = live."""
-    return {"topk": m.cache_topk if m.cache == "topk" else None, "bf16": bool(m.cache_bf16) and m.cache != "none"}
-
-
-def resolve_method(m: MethodConfig) -> ResolvedMethod:
-    """Look up objective and retain term by name and check their hyper-parameters (errors name valid keys)."""
-    f = FORGET.get(m.forget)
-    fkw, tkw = f.resolve(m.forget_args)
-    r = RETAIN.get(m.retain) if m.retain else None
-    rkw, rloop = r.resolve(m.retain_args) if r else ({}, {})
-    from obliviate.gradients import RULES, rule_params
-
-    c = m.combine
-    spec = RULES.get(c.rule)  # unknown rule -> error listing valid rules
-    separate = spec.separate or bool(c.separate_backward)
-    if spec.separate and c.separate_backward is False:
-        raise ConfigError(f"method.combine.rule={c.rule} needs separate forget and retain backward passes; "
-                          "drop method.combine.separate_backward=false")
-    if separate and r is None:
-        raise ConfigError(f"method.combine.rule={c.rule} combines forget and retain gradients, but method.retain "
-                          "is null; set a retain term (e.g. method.retain=nll) or use rule sum")
-    return ResolvedMethod(f, fkw, tkw, r, rkw, m.gamma, m.alpha,
-                          c.rule, separate, c.module_stats, retain_loop_kw=rloop,
-                          rule_params=rule_params(spec, {"gru_gamma": c.gru_gamma}))
 
 
 Rows = Sequence[QARow] | Sequence[str]
@@ -483,7 +417,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
             "retain_refusals": rside.refusal_enc.fingerprint_rows() if rside and rside.refusal_enc else []}
     fp = partial(fingerprint, "unlearn", train, steps=steps, global_batch=global_batch, max_length=max_length,
                  model=model, tokenizer=tokenizer, data=data,
-                 method={**rm.settings(), "cache": _cache_trajectory(method),
+                 method={**rm.settings(), "cache": cache_trajectory(method),
                          **({"refusal_draw": method.refusal_draw} if rm.needs_refusals else {})})
     fp = _now(fp, train)  # θ0's weights, read before prepare shards them
     model, opt, sched = prepare(acc, model, opt, sched, train, sch)
@@ -496,12 +430,10 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         side, idx, step = (fside, micro[0], micro[2][0]) if part == "forget" else (rside, micro[1], micro[2][1])
         return side.weight, side.loss(model, frozen, idx, acc, pad, step, micro[3])  # type: ignore[union-attr]
 
-    from obliviate.gradients import RULES, RuleState
-
     loss_plan = LossPlan(parts=("forget", "retain") if rm.retain else ("forget",), compute=compute, rule=rm.rule,
                          separate=rm.separate, alpha=rm.alpha, gamma=rm.gamma, module_stats=rm.module_stats,
                          rule_state=RuleState() if rm.separate else None, rule_params=rm.rule_params)
-    name = f"unlearn {method.forget}" + (f"+{rm.rule}" if RULES.get(rm.rule).separate else "")
+    name = f"unlearn {method.forget}" + (f"+{rm.rule.name}" if rm.rule.separate else "")
     if monitor is not None and _sharded(model):
         raise ConfigError("evaluation during training (eval.every_steps) is not supported with FSDP: the sharded "
                           "model cannot generate on one rank; drop eval.every_steps or train without fsdp")

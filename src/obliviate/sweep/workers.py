@@ -1,0 +1,98 @@
+"""Trial bookkeeping shared by a sweep's workers: who runs a trial (WORKER), whether it is alive (its heartbeat),
+which trials are stale, which count against the budget, and which are repeats of a best trial."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+ORPHAN_S = 30.0  # seconds after which a running trial that never named its worker counts as stale
+
+
+def _alive(worker: str) -> bool:
+    """Whether a worker id on this machine names a running process (other machines: assumed alive)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    if int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_stale(study: Any, stale_after_s: float, now: float | None = None) -> int:
+    """Fail the running trials whose worker is gone (this machine) or silent for stale_after_s; how many."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    now = time.time() if now is None else now
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = t.user_attrs.get("heartbeat", t.datetime_start.timestamp() if t.datetime_start else now)
+        worker = t.user_attrs.get("worker", "")
+        # a worker names itself right after asking for a trial: a nameless one older than ORPHAN_S died in between
+        orphan = not worker and now - beat > min(ORPHAN_S, stale_after_s)
+        if (worker and not _alive(worker)) or orphan or now - beat > stale_after_s:
+            try:
+                study._storage.set_trial_user_attr(t._trial_id, "stale", True)
+                study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+                n += 1
+            except (UpdateFinishedTrialError, RuntimeError):
+                pass
+    return n
+
+
+def counts(trial: Any) -> bool:
+    """Whether a trial uses the budget: finished (complete, pruned, failed by its own error) or running. Trials
+    failed because their worker stopped (interrupted, stale) are done again; surplus ones never ran."""
+    from optuna.trial import TrialState
+
+    if "surplus" in trial.user_attrs:
+        return False
+    if trial.state == TrialState.FAIL:
+        return "error" in trial.user_attrs
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def surplus(study: Any, trial: Any, budget: int) -> bool:
+    """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget."""
+    if is_repeat(trial):
+        return False
+    before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and not is_repeat(t) and counts(t)]
+    return len(before) >= budget
+
+
+def is_repeat(trial: Any) -> bool:
+    return "repeat_of" in trial.user_attrs
+
+
+class Heartbeat:
+    """A thread that stamps the running trial every few seconds so other workers know it is alive."""
+
+    def __init__(self, study: Any, trial_id: int, every_s: float) -> None:
+        self.study, self.trial_id, self.every_s = study, trial_id, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.study._storage.set_trial_user_attr(self.trial_id, "heartbeat", time.time())
+            except Exception:  # the trial ended meanwhile, or the storage is briefly busy: the next beat tries again
+                pass
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
