@@ -43,3 +43,15 @@ def test_every_mutant_applies_to_the_current_code():
     bad = [(m.name, (mod.ROOT / mod.SRC / m.file).read_text().count(m.old)) for m in mod.MUTANTS
            if (mod.ROOT / mod.SRC / m.file).read_text().count(m.old) != 1]
     assert not bad and len(mod.MUTANTS) >= 25, bad
+
+
+def test_the_needs_read_from_source_equal_the_registries():
+    """builtin_needs (the config's torch-free way to know which objective has a teacher) = each spec's `needs`."""
+    from obliviate.catalogue import builtin, builtin_needs
+    from obliviate.objectives import FORGET, RETAIN
+
+    for kind, reg in (("forget", FORGET), ("retain", RETAIN)):
+        read = builtin_needs(kind)
+        assert read == {n: tuple(reg.get(n).needs) for n in read} and set(read) == set(builtin(kind))
+    assert builtin_needs("forget")["asu"] == ("teacher",)
+    assert [n for n, needs in builtin_needs("forget").items() if "teacher" in needs] == ["asu"]

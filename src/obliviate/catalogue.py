@@ -44,3 +44,25 @@ def builtin(kind: str) -> dict[str, str]:
             if name and outer.args and isinstance(outer.args[0], ast.Name) and outer.args[0].id in functions:
                 found[name] = _summary(functions[outer.args[0].id])
     return dict(sorted(found.items()))
+
+
+def _needs(call: ast.Call) -> tuple[str, ...]:
+    """The literal `needs=(...)` of a registering decorator call (() when absent)."""
+    for kw in call.keywords:
+        if kw.arg == "needs" and isinstance(kw.value, (ast.Tuple, ast.List)):
+            return tuple(e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return ()
+
+
+def builtin_needs(kind: str) -> dict[str, tuple[str, ...]]:
+    """name -> the θ0 statistics a built-in objective of `kind` ('forget' or 'retain') declares in `needs`."""
+    tree = ast.parse(SOURCES[kind].read_text(encoding="utf-8"))
+    found: dict[str, tuple[str, ...]] = {}
+    for node in tree.body:
+        calls = node.decorator_list if isinstance(node, ast.FunctionDef) else \
+            [node.value.func] if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else []
+        for call in calls:
+            name = _registered_name(call, DECORATORS[kind])
+            if name and isinstance(call, ast.Call):
+                found[name] = _needs(call)
+    return found

@@ -7,6 +7,7 @@ from obliviate.data.tokenize import collate, pad_id
 from obliviate.modeling.cache import CacheBudget, TopK, complete_topk
 from obliviate.modeling.frozen import FrozenModels
 from obliviate.modeling.logprobs import forward_stats, kl_per_token, masked_token_kl
+from obliviate.modeling.teacher import Teacher
 from obliviate.train.unlearn import encode_rows
 
 
@@ -14,7 +15,7 @@ def _setup(small_world, small_tok, trained_small, kind="exact", k=64):
     enc = encode_rows(small_tok, small_world.splits["forget10"][:6], 64)
     budget = CacheBudget(kind, 4.0, k, False, log=lambda s: None)
     cache = budget.role("asu", "teacher", 100)
-    frozen = FrozenModels(trained_small, {"tau": 3.0, "layers": [0]})
+    frozen = FrozenModels(trained_small, Teacher(3.0, (0,)))
     pad = pad_id(small_tok)
 
     def stats(idx):

@@ -9,6 +9,7 @@ from obliviate.config import MethodConfig, TrainConfig
 from obliviate.data.tokenize import collate, pad_id
 from obliviate.modeling.frozen import FrozenModels, frozen_copy
 from obliviate.modeling.lora import apply_lora
+from obliviate.modeling.teacher import Teacher
 from obliviate.train.unlearn import encode_rows, unlearn
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:Futu
 def test_lora_teacher_and_reference_equal_a_frozen_copy_without_copying(small_tok, small_world, trained_small):
     base = copy.deepcopy(trained_small)
     student = apply_lora(copy.deepcopy(trained_small), r=4, alpha=8, dropout=0.0, target_modules=None)
-    shared = FrozenModels(student, {"tau": 4.0, "layers": [0]})
-    copied = FrozenModels(base, {"tau": 4.0, "layers": [0]})
+    shared = FrozenModels(student, Teacher(4.0, (0,)))
+    copied = FrozenModels(base, Teacher(4.0, (0,)))
     assert shared.model is student and copied.model is not base
     batch = collate(encode_rows(small_tok, small_world.splits["forget10"][:4], 64), pad_id(small_tok))
     torch.testing.assert_close(shared.teacher_stats(batch).logits, copied.teacher_stats(batch).logits)

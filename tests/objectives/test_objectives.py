@@ -145,7 +145,7 @@ def test_contract_every_forget_objective(name, small_world, small_tok, memorised
     rm = resolve_method(MethodConfig(forget=name, forget_args=ARGS.get(name, {}), retain=None))
     side, _ = _sides(rm, MethodConfig(forget=name), small_tok, small_world.splits["forget10"], [], 64, 0)
     student = copy.deepcopy(memorised).train()
-    frozen = FrozenModels(student, rm.teacher_kw) if rm.needs_frozen else None
+    frozen = FrozenModels(student, rm.teacher) if rm.needs_frozen else None
     frozen_before = [p.clone() for p in frozen.model.parameters()] if frozen else []
     acc, idx = Accelerator(cpu=True), list(range(len(side.enc)))
     kind = DIRECTION[name]

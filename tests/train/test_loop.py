@@ -8,6 +8,7 @@ from helpers import interrupt_after
 from obliviate.config import CombineConfig, MethodConfig, TrainConfig
 from obliviate.errors import ObliviateError
 from obliviate.modeling.load import atomic_dir
+from obliviate.modeling.teacher import Teacher
 from obliviate.train.unlearn import finetune, unlearn
 
 
@@ -50,7 +51,7 @@ def test_asu_moves_student_towards_teacher_and_keeps_teacher(small_world, small_
 
     forget = small_world.splits["forget10"]
     batch = collate(encode_rows(small_tok, forget, 64), pad_id(small_tok))
-    frozen = FrozenModels(trained_small, {"tau": 4.0, "layers": [0]})
+    frozen = FrozenModels(trained_small, Teacher(4.0, (0,)))
     teacher = frozen.teacher_stats(batch)
     student = copy.deepcopy(trained_small)
     with torch.no_grad():

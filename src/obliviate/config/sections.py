@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from obliviate.catalogue import builtin_needs
 from obliviate.columns import check_fields
 from obliviate.config.fields import require, section, setting
 from obliviate.errors import ConfigError
@@ -157,7 +158,8 @@ class MethodConfig:
         require(self.alpha >= 0, "method.alpha", self.alpha, ">= 0")
         require(self.refusal_draw in ("per_access", "per_example"), "method.refusal_draw", self.refusal_draw,
                 "per_access or per_example")
-        check_teacher_args(self.forget_args, self.allow_unusual_tau)
+        if "teacher" in builtin_needs("forget").get(self.forget, ()):  # ASU's checks for ASU only (a plugin's: at
+            check_teacher_args(self.forget_args, self.allow_unusual_tau)  # resolve_method, as every objective's)
 
     @property
     def label(self) -> str:

@@ -26,13 +26,6 @@ def has_adapters(model: torch.nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
-def teacher_of(teacher: Teacher | Mapping[str, Any] | None) -> Teacher | None:
-    """A Teacher from itself or from forget_args-style {"tau", "layers"} (None: no teacher)."""
-    if teacher is None or isinstance(teacher, Teacher):
-        return teacher
-    return Teacher.from_args(teacher)
-
-
 class FrozenModels:
     """θ0 giving reference stats, and teacher stats with attention temperature (docs/METHODS.md §1.1, §7).
 
@@ -41,11 +34,14 @@ class FrozenModels:
     the base weights are frozen), so no copy is made at all.
     """
 
-    def __init__(self, model: torch.nn.Module, teacher: Teacher | Mapping[str, Any] | None,
+    def __init__(self, model: torch.nn.Module, teacher: Teacher | None,
                  chunk: int | None = None, share_prefix: bool = True) -> None:
+        if teacher is not None and not isinstance(teacher, Teacher):
+            raise TypeError(f"teacher must be a modeling.teacher.Teacher or None, got {type(teacher).__name__}; "
+                            "build it once with Teacher.from_args(forget_args)")
         self.shared = has_adapters(model)
         self.model = model if self.shared else frozen_copy(model)
-        self.teacher = teacher_of(teacher)
+        self.teacher = teacher
         self.chunk = chunk  # vocabulary-chunked stats (modeling/logprobs.py), None: unchunked
         self.share_prefix = share_prefix  # a batch's shared leading tokens run once (modeling/prefix.py)
 

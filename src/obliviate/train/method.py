@@ -29,14 +29,15 @@ class ResolvedMethod:
     module_stats: bool
     retain_loop_kw: dict[str, Any] = field(default_factory=dict)
     rule_params: dict[str, Any] = field(default_factory=dict)  # method.combine.args resolved (e.g. gru_gamma)
+    teacher: Teacher | None = None  # ASU's smoothed θ0 (τ, layers), checked once; None when the objective has none
 
     def needs(self) -> set[str]:
         return set(self.forget.needs) | set(self.retain.needs if self.retain else ())
 
     @property
     def teacher_kw(self) -> dict[str, Any] | None:
-        """tau / layers of the smoothed teacher (modeling.teacher.Teacher's args), when the forget objective has one."""
-        return Teacher.from_args(self.loop_kw).as_args() if "teacher" in self.forget.needs else None
+        """{"tau", "layers"} of the smoothed teacher (its cache key and the layer check), when there is one."""
+        return self.teacher.as_args() if self.teacher is not None else None
 
     def settings(self) -> dict[str, Any]:
         """The resolved hyper-parameters (defaults filled in) that decide the trajectory: the run's fingerprint."""
@@ -78,4 +79,5 @@ def resolve_method(m: MethodConfig) -> ResolvedMethod:
         raise ConfigError(f"method.combine.rule={c.rule} combines forget and retain gradients, but method.retain "
                           "is null; set a retain term (e.g. method.retain=nll) or use rule sum")
     return ResolvedMethod(f, fkw, tkw, r, rkw, m.gamma, m.alpha,
-                          spec, separate, c.module_stats, retain_loop_kw=rloop, rule_params=rule_args)
+                          spec, separate, c.module_stats, retain_loop_kw=rloop, rule_params=rule_args,
+                          teacher=Teacher.from_args(tkw, m.allow_unusual_tau) if "teacher" in f.needs else None)

@@ -402,7 +402,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
         raise ConfigError("RMU chooses its trainable parameters itself; run it without LoRA (model.lora.enabled=false)")
     if "trainable_params" in rm.loop_kw:
         select_trainable(model, rm.loop_kw["trainable_params"], rm.loop_kw["trainable_layers"], rm.forget_kw.get("layer"))
-    frozen = FrozenModels(model, rm.teacher_kw, chunk=chunk, share_prefix=train.share_prefix) if rm.needs_frozen else None
+    frozen = FrozenModels(model, rm.teacher, chunk=chunk, share_prefix=train.share_prefix) if rm.needs_frozen else None
     if frozen is not None:
         place_frozen(frozen, acc, train, method)
     global_batch = train.batch_size * acc.num_processes
