@@ -1,6 +1,7 @@
 """RoleCache: cached stats equal the live frozen forward in any batch composition; the top-k tail bucket."""
 import copy
 
+import pytest
 import torch
 
 from obliviate.data.tokenize import collate, pad_id
@@ -14,7 +15,7 @@ from obliviate.train.unlearn import encode_rows
 def _setup(small_world, small_tok, trained_small, kind="exact", k=64):
     enc = encode_rows(small_tok, small_world.splits["forget10"][:6], 64)
     budget = CacheBudget(kind, 4.0, k, False, log=lambda s: None)
-    cache = budget.role("asu", "teacher", 100)
+    cache = budget.role("asu", "teacher", 100, "kl")
     frozen = FrozenModels(trained_small, Teacher(3.0, (0,)))
     pad = pad_id(small_tok)
 
@@ -70,7 +71,7 @@ def test_topk_tail_bucket_error_is_small_and_bounded(small_world, small_tok, tra
 
 def test_estimate_line_names_tokens_vocab_and_bytes():
     budget = CacheBudget("exact", 4.0, 64, False, log=lambda s: None)
-    line, n = budget.role("asu", "teacher", 1000).estimate(32000, torch.float32)
+    line, n = budget.role("asu", "teacher", 1000, "kl").estimate(32000, torch.float32)
     assert n == 1000 * 32000 * 4 and line == "asu teacher exact: 1000 answer tokens × 32000 vocab × 4 B = 0.1280 GB"
 
 
@@ -93,3 +94,21 @@ def test_complete_topk_gives_the_bucketed_kl_and_its_gradient():
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(g_got, g_want)
     assert want < kl_per_token(p, q).sum()  # a lower bound of the exact KL
+
+
+def test_how_an_objective_reads_theta0_is_its_registrations_trait():
+    """frozen_use on the registration decides the cache's form: "scalar" keeps one number per token (NPO, DPO),
+    "kl" allows top-k rows (ASU, the KL retain term), "rows" (every other) keeps the rows and refuses top-k."""
+    from obliviate.errors import ConfigError
+    from obliviate.objectives import FORGET, RETAIN
+    from obliviate.objectives.base import forget_objective
+
+    uses = {n: FORGET.get(n).frozen_use for n in FORGET.names()} | {n: RETAIN.get(n).frozen_use for n in RETAIN.names()}
+    assert {n for n, u in uses.items() if u == "scalar"} == {"npo", "dpo", "idk_dpo"}
+    assert {n for n, u in uses.items() if u == "kl"} == {"asu", "kl"}
+    assert CacheBudget("exact", 1.0, 8, False).role("x", "reference", 10, "scalar").kind == "scalar"
+    assert CacheBudget("topk", 1.0, 8, False).role("x", "teacher", 10, "kl").kind == "topk"
+    with pytest.raises(ConfigError, match="method.cache=topk approximates a KL"):
+        CacheBudget("topk", 1.0, 8, False).role("x", "reference", 10, "rows")
+    with pytest.raises(ValueError, match="frozen_use must be one of"):
+        forget_objective("never_registered", frozen_use="logits")

@@ -108,13 +108,13 @@ def test_the_hidden_state_cache_gives_the_live_teacher(plain_sgd, small_world, s
 def test_the_hidden_state_cache_is_chosen_and_sized_by_the_hidden_width():
     lines = []
     budget = CacheBudget("auto", 1.0, 8, False, log=lines.append, chunked=True)
-    cache = budget.role("asu", "forget teacher", n_tokens=1000)
+    cache = budget.role("asu", "forget teacher", n_tokens=1000, frozen_use="kl")
     assert cache.kind == "hidden"
     budget.ensure(vocab=128_256, dtype=torch.float32, width=64)
     assert "1000 answer tokens × 64 hidden × 4 B" in lines[0] and "= 0.0003 GB" in lines[0]
-    assert CacheBudget("auto", 1.0, 8, False).role("asu", "t", 10).kind == "exact"  # unchunked: the rows
+    assert CacheBudget("auto", 1.0, 8, False).role("asu", "t", 10, "kl").kind == "exact"  # unchunked: the rows
     with pytest.raises(ConfigError, match="method.cache=topk .* train.vocab_chunk"):
-        CacheBudget("topk", 1.0, 8, False, chunked=True).role("asu", "t", 10)
+        CacheBudget("topk", 1.0, 8, False, chunked=True).role("asu", "t", 10, "kl")
 
 
 class _Largest(TorchDispatchMode):

@@ -147,7 +147,7 @@ def test_auto_keeps_the_caches_that_fit(small_world, small_tok, trained_small, c
     from obliviate.modeling.cache import CacheBudget
 
     budget = CacheBudget("auto", 1e-3, 64, False)
-    small, big = budget.role("asu", "teacher", 10), budget.role("kl", "reference", 1000)
+    small, big = budget.role("asu", "teacher", 10, "kl"), budget.role("kl", "reference", 1000, "kl")
     budget.ensure(512, torch.float32)  # 10·512·4 B fits in 1 MB, 1000·512·4 B does not
     assert (small.kind, big.kind) == ("exact", "off") and "kl reference computed live" in capsys.readouterr().err
 

@@ -175,7 +175,7 @@ def test_fsdp_checks_the_cache_on_every_rank(monkeypatch):
     from obliviate.train import unlearn as u
 
     budget = CacheBudget("exact", 4.0, 64, False, log=lambda s: None)
-    cache = budget.role("asu", "teacher", 10)
+    cache = budget.role("asu", "teacher", 10, "kl")
     cache.store[0] = ("stored",)
     calls = []
     monkeypatch.setattr(cache, "get", lambda batch, mine, model, live, force_live=False: calls.append(force_live))

@@ -44,7 +44,6 @@ from obliviate.errors import ConfigError
 from obliviate.modeling.logprobs import HeadRows, TokenStats, shift_labels
 
 MODES = ("auto", "none", "exact", "topk")
-SCALAR_ONLY = frozenset({"npo", "dpo", "idk_dpo"})  # frozen stats read only through .logp / .mask
 
 
 @dataclass
@@ -71,8 +70,9 @@ class CacheBudget:
         if not self.max_gb >= 0:
             raise ConfigError(f"method.cache_max_gb must be >= 0, got {self.max_gb!r}")
 
-    def role(self, objective: str, role: str, n_tokens: int) -> RoleCache | None:
-        """The cache of one frozen role of one side, or None when it stays live."""
+    def role(self, objective: str, role: str, n_tokens: int, frozen_use: str = "rows") -> RoleCache | None:
+        """The cache of one frozen role of one side, or None when it stays live; `frozen_use`: how the objective reads
+        θ0's stats (its registration's trait: "scalar", "kl" or "rows")."""
         if self.mode == "none":
             return None
         if self.chunked and self.mode == "topk":
@@ -80,8 +80,8 @@ class CacheBudget:
                               "rows, which vocabulary chunks never build; with train.vocab_chunk use method.cache=auto "
                               "(θ0's hidden states: exact and H/V the size), or set train.vocab_chunk=0")
         auto = "hidden" if self.chunked else "exact"
-        kind = "scalar" if objective in SCALAR_ONLY else (auto if self.mode == "auto" else self.mode)
-        if kind == "topk" and objective not in ("asu", "kl"):
+        kind = "scalar" if frozen_use == "scalar" else (auto if self.mode == "auto" else self.mode)
+        if kind == "topk" and frozen_use != "kl":
             raise ConfigError(f"method.cache=topk approximates a KL with its tail as one bucket, which {objective!r} "
                               "does not compute; use method.cache=exact or auto")
         cache = RoleCache(f"{objective} {role}", kind, n_tokens, self)

@@ -38,6 +38,8 @@ class ObjectiveSpec:
     summary: str = ""
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     last_position: bool = False
+    frozen_use: str = "rows"  # how the loss reads θ0's stats: "scalar" (.logp/.mask only: a cache keeps one number
+    #                           per token), "kl" (rows only through a KL: a top-k cache may approximate them), "rows"
 
     def allowed(self) -> dict[str, tuple[Any, ...]]:
         """Hyper-parameters restricted to a set of values (reduction included when the loss has one)."""
@@ -77,28 +79,35 @@ FORGET: Registry[ObjectiveSpec] = Registry("forget objective")
 RETAIN: Registry[ObjectiveSpec] = Registry("retain term")
 
 
+FROZEN_USES = ("rows", "scalar", "kl")
+
+
 def _register(reg: Registry[ObjectiveSpec], name: str, needs: tuple[str, ...], loop_params: Mapping[str, Any] | None,
-              choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False):
+              choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False,
+              frozen_use: str = "rows"):
     unknown = sorted(set(needs) - set(NEEDS))
     if unknown:
         raise ValueError(f"{name}: unknown needs {unknown}; valid: {NEEDS}")
+    if frozen_use not in FROZEN_USES:
+        raise ValueError(f"{name}: frozen_use must be one of {FROZEN_USES}, got {frozen_use!r}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = (fn.__doc__ or "").strip().splitlines()
         reg.add(name, ObjectiveSpec(name, fn, needs, dict(loop_params or {}), doc[0] if doc else "", dict(choices or {}),
-                                    last_position))
+                                    last_position, frozen_use))
         return fn
 
     return deco
 
 
 def forget_objective(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None,
-                     choices: Mapping[str, tuple[Any, ...]] | None = None):
-    """Decorator registering a forget objective (a loss to minimise on the forget batch)."""
-    return _register(FORGET, name, needs, loop_params, choices)
+                     choices: Mapping[str, tuple[Any, ...]] | None = None, frozen_use: str = "rows"):
+    """Decorator registering a forget objective (a loss to minimise on the forget batch); `frozen_use`: ObjectiveSpec."""
+    return _register(FORGET, name, needs, loop_params, choices, frozen_use=frozen_use)
 
 
 def retain_term(name: str, *, needs: tuple[str, ...] = (), loop_params: Mapping[str, Any] | None = None,
-                choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False):
-    """Decorator registering a retain term (a loss to minimise on the retain batch)."""
-    return _register(RETAIN, name, needs, loop_params, choices, last_position)
+                choices: Mapping[str, tuple[Any, ...]] | None = None, last_position: bool = False,
+                frozen_use: str = "rows"):
+    """Decorator registering a retain term (a loss to minimise on the retain batch); `frozen_use`: ObjectiveSpec."""
+    return _register(RETAIN, name, needs, loop_params, choices, last_position, frozen_use)

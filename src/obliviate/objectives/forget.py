@@ -22,7 +22,7 @@ from obliviate.objectives.base import forget_objective
 ME_EPS = 1e-12  # the closer-look code's log(p + 1e-12) inside KL(u ‖ p)
 
 
-@forget_objective("asu", needs=("teacher",), loop_params=Teacher().as_args())
+@forget_objective("asu", needs=("teacher",), loop_params=Teacher().as_args(), frozen_use="kl")
 def asu(policy: TokenStats, teacher: TokenStats, *, reduction: str = "example") -> Tensor:
     """ASU forget loss (arXiv 2603.01285, §1): mean_x (1/|y|) Σ_t KL(p_θτ ‖ p_θ); stats [B, T-1, V] -> scalar.
 
@@ -55,7 +55,7 @@ def _check_same_batch(a: TokenStats, b: TokenStats, what: str) -> None:
         raise ValueError(f"{what} hold different numbers of examples: {a.mask.shape[0]} vs {b.mask.shape[0]}")
 
 
-@forget_objective("npo", needs=("reference",))
+@forget_objective("npo", needs=("reference",), frozen_use="scalar")
 def npo(policy: TokenStats, reference: TokenStats, *, beta: float = 0.1) -> Tensor:
     """NPO (Zhang et al. 2024, eq. 3): −(2/β)·mean log σ(−β·(logp_θ − logp_ref)); logp [B] -> scalar.
 
@@ -84,7 +84,7 @@ def simnpo(policy: TokenStats, *, beta: float = 4.5, delta: float = 0.0) -> Tens
     return simnpo_loss(policy.nll, beta=beta, delta=delta)
 
 
-@forget_objective("dpo", needs=("reference", "refusal", "refusal_reference"))
+@forget_objective("dpo", needs=("reference", "refusal", "refusal_reference"), frozen_use="scalar")
 def dpo(policy: TokenStats, reference: TokenStats, refusal: TokenStats, refusal_reference: TokenStats,
         *, beta: float = 0.1) -> Tensor:
     """DPO with a refusal as the preferred answer (Rafailov et al. 2023; IdkDPO in TOFU, Maini et al. 2024).
@@ -103,7 +103,7 @@ def dpo(policy: TokenStats, reference: TokenStats, refusal: TokenStats, refusal_
 
 
 # IdkDPO is the same loss under its TOFU recipe name.
-forget_objective("idk_dpo", needs=("reference", "refusal", "refusal_reference"))(dpo)
+forget_objective("idk_dpo", needs=("reference", "refusal", "refusal_reference"), frozen_use="scalar")(dpo)
 
 
 @forget_objective("idk", needs=("refusal",))

@@ -23,7 +23,7 @@ def nll(policy: TokenStats, *, reduction: str = "token") -> Tensor:
     return -policy.mean(policy.token_logp, reduction)
 
 
-@retain_term("kl", needs=("reference",), loop_params={"positions": "answer"},
+@retain_term("kl", needs=("reference",), loop_params={"positions": "answer"}, frozen_use="kl",
              choices={"positions": ("answer", "batch", "max_length")}, last_position=True)
 def kl(policy: TokenStats, reference: TokenStats, *, reduction: str = "token") -> Tensor:
     """KL(p_θ0 ‖ p_θ) on the counted positions of the retain batch; [B, T-1, V] -> scalar.

@@ -299,7 +299,8 @@ def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = Non
                 side.caches[role] = pool[key]
                 continue
             counted = enc if rows is None else [enc[i] for i in rows]  # type: ignore[index]
-            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in counted))
+            cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in counted),
+                                side.spec.frozen_use)
             if cache is not None:
                 side.caches[role] = cache
                 if pool is not None:
