@@ -86,3 +86,27 @@ def test_the_license_file_is_the_license_pyproject_declares():
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
     assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+# Numbers in the README's prose that are not measurements: a reference, a requirement, a level chosen by the user.
+NOT_MEASURED = {"3.10": "Python >= 3.10", "95%": "the interval level (compare --level)"}
+
+
+def test_every_number_the_readme_states_is_in_the_dated_results():
+    """A measured number in the README (a decimal or a percentage outside commands, code and keys) must appear in
+    docs/results.md (dated, with its spread and command) or in a report `obliviate compare` regenerates
+    (docs/sweeps/): a number changed in one place and not the other fails here."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    prose = re.sub(r"```(bash|yaml|python)\n.*?```", "", readme, flags=re.S)  # commands and code
+    prose = re.sub(r"`[^`]*`", "", prose)  # keys and values in inline code
+    prose = re.sub(r"\]\([^)]*\)", "]", prose)  # link targets
+    prose = re.sub(r"arXiv \d{4}\.\d{4,5}", "", prose)  # references
+    numbers = set(re.findall(r"(?<![\w.§-])(\d+\.\d+(?:e-?\d+)?|\d+(?:\.\d+)?%)", prose)) - set(NOT_MEASURED)
+    assert len(numbers) > 30  # the demo's table and the sweep's verdict are read
+    sources = (ROOT / "docs" / "results.md").read_text(encoding="utf-8") + "".join(
+        p.read_text(encoding="utf-8", errors="ignore") for p in sorted((ROOT / "docs" / "sweeps").rglob("*"))
+        if p.suffix in (".md", ".json"))
+    missing = sorted(n for n in numbers if n not in sources)
+    assert missing == [], f"README numbers found neither in docs/results.md nor in docs/sweeps/: {missing}"
