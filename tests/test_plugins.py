@@ -77,3 +77,70 @@ def test_a_broken_plugin_is_named(tmp_path, monkeypatch, capsys):
     assert main(["validate", "method.forget=npo", "model.path=x", "data.source=tofu"]) == 2
     assert "obliviate plugin 'bad' (no_such_module_xyz, from package broken) failed to load" in capsys.readouterr().err
     registry._plugins = None
+
+
+RULE_AND_METRIC = textwrap.dedent('''
+    """A user's gradient rule with a setting of its own, and a metric, each declared in this one module."""
+    from obliviate.eval.metrics import MetricInfo, register
+    from obliviate.gradients import rule
+
+    CALLS = []
+
+
+    @rule("scaled_sum", elementwise=True, per_tensor=True)
+    def scaled_sum(forget_grads, retain_grads, *, alpha, gamma, state=None, w: float = 0.5):
+        """g = w·γ·g_f + α·g_r."""
+        CALLS.append(w)
+        return [None if f is None and r is None else
+                (w * gamma * f if f is not None else 0) + (alpha * r if r is not None else 0)
+                for f, r in zip(forget_grads, retain_grads)]
+
+
+    register("my_bench", {"my_leak": MetricInfo("my_leak", False, 1, "my leak score")})
+''')
+
+
+def test_a_rule_with_a_setting_and_a_metric_each_need_one_place(tmp_path, monkeypatch, small_world, small_tok,
+                                                                 trained_small):
+    """docs/DESIGN.md's table: a rule with a parameter and a metric are declared in one module each (here one plugin
+    module): the rule's setting is `method.combine.args`, defaults filled and checked, handed to it at every step;
+    the metric is in the one metric table the report, the sweep and keep_best read."""
+    import copy
+
+    from obliviate.config import CombineConfig, MethodConfig, TrainConfig
+    from obliviate.errors import ConfigError
+    from obliviate.eval.metrics import metric_infos
+    from obliviate.gradients import RULES
+    from obliviate.train.unlearn import resolve_method, unlearn
+
+    site = tmp_path / "site"
+    (site / "my_rules").mkdir(parents=True)
+    (site / "my_rules" / "__init__.py").write_text(RULE_AND_METRIC, encoding="utf-8")
+    info = site / "my_rules-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-rules\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[obliviate.plugins]\nrules = my_rules\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    from obliviate import registry
+    from obliviate.eval import metrics
+
+    monkeypatch.setattr(registry, "_plugins", None)
+    try:
+        assert metric_infos()["my_leak"].higher_is_better is False  # loads the plugin
+        assert RULES.get("scaled_sum").defaults() == {"w": 0.5}
+        method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="scaled_sum", args={"w": 0.25}))
+        assert resolve_method(method).settings()["combine"] == {"rule": "scaled_sum", "separate_backward": True,
+                                                                "w": 0.25}
+        with pytest.raises(ConfigError, match=r"rule 'scaled_sum' takes no setting\(s\) \['v'\]; .*\['w'\]"):
+            resolve_method(MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="scaled_sum",
+                                                                                          args={"v": 1})))
+        unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:4],
+                small_world.splits["retain90"][:4], method,
+                TrainConfig(max_steps=2, batch_size=2, progress=False), max_length=64)
+        calls = sys.modules["my_rules"].CALLS
+        assert calls and set(calls) == {0.25}
+    finally:
+        RULES._items.pop("scaled_sum", None)
+        metrics._TABLES.pop("my_bench", None)
+        sys.modules.pop("my_rules", None)
+        registry._plugins = None

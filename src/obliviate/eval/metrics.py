@@ -1,9 +1,9 @@
 """The home of every reported metric's meaning: MetricInfo (direction, version, description), declared where the
 metric is computed (`register(benchmark, table)` in that module) and gathered through one registry.
 
-`metric_infos()` loads the declaring modules named in DECLARING (the one list to extend with a new benchmark), then
-returns their tables merged in that order; the report, the sweep and the keep-best score read metrics only here.
-No other obliviate module is imported at the top of this one.
+`metric_infos()` loads the built-in declaring modules (DECLARING) and the installed plugins, then returns every
+registered table, built-ins first; the report, the sweep and the keep-best score read metrics only here. A new metric
+is declared in one place: the module that computes it. No other obliviate module is imported at the top of this one.
 """
 from __future__ import annotations
 
@@ -35,14 +35,18 @@ def register(benchmark: str, table: Mapping[str, MetricInfo]) -> dict[str, Metri
 
 
 def metric_infos(*benchmarks: str) -> dict[str, MetricInfo]:
-    """Every declared metric (or only those of `benchmarks`), merged in DECLARING order."""
+    """Every declared metric (or only those of `benchmarks`): the built-in tables in DECLARING order, then any other
+    module's (a plugin's, imported through the entry-point group obliviate.plugins) in the order they registered."""
+    from obliviate.registry import load_plugins
+
     for module in DECLARING:
         importlib.import_module(f"obliviate.eval.{module}")
+    load_plugins()
     unknown = sorted(set(benchmarks) - set(_TABLES))
     if unknown:
         raise KeyError(f"no metrics declared for {unknown}; declared: {', '.join(sorted(_TABLES))}")
     out: dict[str, MetricInfo] = {}
-    for name in DECLARING:
+    for name in [*DECLARING, *(n for n in _TABLES if n not in DECLARING)]:
         if not benchmarks or name in benchmarks:
             out.update(_TABLES.get(name, {}))
     return out
