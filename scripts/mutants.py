@@ -321,6 +321,8 @@ MUTANTS: list[Mutant] = [
     Mutant("metrics: a plugin's table never returned", "eval/metrics.py",
            "for name in [*DECLARING, *(n for n in _TABLES if n not in DECLARING)]:", "for name in DECLARING:",
            ("tests/test_plugins.py",)),
+    Mutant("benchmarks: the pre-flight skips the benchmark's own checks", "preflight.py",
+           "    if spec.preflight:\n", "    if False:\n", ("tests/test_plugins.py",)),
     Mutant("teacher: the config's opt-in for unusual tau not applied", "train/method.py",
            "teacher=Teacher.from_args(tkw, m.allow_unusual_tau)", "teacher=Teacher.from_args(tkw, False)",
            ("tests/modeling/test_teacher.py",)),

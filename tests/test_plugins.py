@@ -144,3 +144,64 @@ def test_a_rule_with_a_setting_and_a_metric_each_need_one_place(tmp_path, monkey
         metrics._TABLES.pop("my_bench", None)
         sys.modules.pop("my_rules", None)
         registry._plugins = None
+
+
+BENCH = textwrap.dedent('''
+    """A user's benchmark: registered once, it is a choice of `obliviate eval`, its pre-flight runs and its metrics
+    are declared where they are computed."""
+    from obliviate.eval.benchmarks import BenchmarkSpec, register_benchmark
+    from obliviate.eval.metrics import MetricInfo, register
+
+    register("toy_bench", {"toy_rows": MetricInfo("toy_rows", True, 1, "rows of the toy data")})
+
+
+    def preflight(cfg):
+        rows = [ln for ln in open(cfg.mcq.source, encoding="utf-8").read().splitlines() if ln.strip()]
+        return rows, [f"toy rows: {len(rows)}"]
+
+
+    def run(model, tokenizer, cfg, rows):
+        return {"eval": {"toy_rows": float(len(rows)), "toy_vocab": tokenizer.vocab_size > 0}}
+
+
+    register_benchmark(BenchmarkSpec("toy", "mcq", run="my_bench:run", preflight="my_bench:preflight",
+                                     help="a toy benchmark (mcq.source: a text file)"))
+''')
+
+
+def test_a_benchmark_registered_in_one_module_is_a_choice_checked_and_run(tmp_path, monkeypatch, model_dir, capsys):
+    """docs/DESIGN.md's table: a benchmark is one registration (eval/benchmarks.py or a plugin module); the CLI's
+    choices, the dispatch and the pre-flight (validate) derive from it."""
+    from obliviate.cli import main
+    from obliviate.eval.benchmarks import BENCHMARKS
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "my_bench.py").write_text(BENCH, encoding="utf-8")
+    info = site / "my_bench-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-bench\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[obliviate.plugins]\nbench = my_bench\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    from obliviate import registry
+    from obliviate.eval import metrics
+
+    monkeypatch.setattr(registry, "_plugins", None)
+    data = tmp_path / "toy.txt"
+    data.write_text("a\nb\nc\n", encoding="utf-8")
+    try:
+        assert "toy" in BENCHMARKS.names()
+        assert main(["validate", "--as", "eval", "benchmark=toy", f"model.path={model_dir}", f"mcq.source={data}"]) == 0
+        assert "toy rows: 3" in capsys.readouterr().out  # the benchmark's own pre-flight
+        args = ["--benchmark", "toy", "--model", str(model_dir), f"mcq.source={data}"]
+        assert main(["eval", *args, "--out", str(tmp_path / "out")]) == 0
+        got = json.loads((tmp_path / "out" / "metrics.json").read_text())
+        assert got["benchmark"] == "toy" and got["eval"]["toy_rows"] == 3.0 and got["eval"]["toy_vocab"] is True
+        assert main(["eval", "--benchmark", "nope", "--model", str(model_dir), "--out", str(tmp_path / "x")]) == 2
+        assert "unknown benchmark 'nope'; valid names: mcq, muse, rwku, tofu, toy" in capsys.readouterr().err
+        assert not (tmp_path / "x").exists()
+    finally:
+        BENCHMARKS._items.pop("toy", None)
+        metrics._TABLES.pop("toy_bench", None)
+        sys.modules.pop("my_bench", None)
+        registry._plugins = None

@@ -193,20 +193,13 @@ def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
         reference_forget_rows(splits, "eval.retain_model")
         lines.append("eval retain model: " + check_model_source(ev.retain_model, "eval.retain_model"))
     if ev.retain_reference:
-        lines.append(_reference_line(ev, splits))
+        from obliviate.eval.runner import reference_line
+
+        lines.append(reference_line(ev, splits))
     if ev.closer_look or ev.protocol == "closer_look":
         check_optional_model(ev.embedding_model, "eval.embedding_model")
         check_optional_model(ev.nli_model, "eval.nli_model")
     return lines
-
-
-def _reference_line(ev: Any, splits: dict[str, list]) -> str:
-    """eval.retain_reference: the forget split gives truth ratios and the log holds one per row (a line for
-    `validate`)."""
-    from obliviate.eval.retain_reference import retain_reference_truth_ratios
-
-    n = len(retain_reference_truth_ratios(ev, splits))
-    return f"eval retain reference: {ev.retain_reference} ({n} forget truth ratios)"
 
 
 def _check_muse_eval(cfg: RunConfig) -> list[str]:
@@ -383,31 +376,32 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
 
 
 def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
-    """Every path `obliviate eval` reads, by config key."""
-    return {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer, "eval.source": cfg.eval.source,
-            "eval.retain_model": cfg.eval.retain_model, "eval.retain_reference": cfg.eval.retain_reference,
-            "muse.source": cfg.muse.source,
-            "muse.retrain_model": cfg.muse.retrain_model, "mcq.source": cfg.mcq.source, "rwku.source": cfg.rwku.source}
+    """Every path `obliviate eval` reads, by config key: the model's and every registered benchmark's."""
+    from obliviate.eval.benchmarks import BENCHMARKS
+
+    out = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer}
+    for name in BENCHMARKS.names():
+        out.update(BENCHMARKS.get(name).input_paths(cfg))
+    return out
 
 
-def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[dict[str, list] | None, list[str]]:
-    """Checks of `obliviate eval` before the model loads: (the TOFU splits, None for other benchmarks; lines for
-    `validate`)."""
+def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[Any, list[str]]:
+    """Checks of `obliviate eval` before the model loads: (what the benchmark's run reuses, e.g. TOFU's splits;
+    lines for `validate`)."""
+    from obliviate.eval.benchmarks import BENCHMARKS, resolve
+
+    spec = BENCHMARKS.get(cfg.benchmark)  # an unknown name lists the registered ones
     inputs = eval_inputs(cfg)
     if need_output or cfg.output_dir:
         check_output_dir(need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)
-    lines, splits = [f"benchmark: {cfg.benchmark}"], None
-    if cfg.benchmark == "tofu":
-        from obliviate.eval.runner import load_eval_splits
-
-        source = need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
-        splits = load_eval_splits(source, cfg.eval)
-        lines.append("eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
-        if cfg.eval.retain_reference:
-            lines.append(_reference_line(cfg.eval, splits))
+    lines, state = [f"benchmark: {cfg.benchmark}"], None
+    if spec.preflight:
+        state, more = resolve(spec.preflight)(cfg)
+        lines += more
     lines.append("model: " + check_model_source(need(cfg.model.path, "model.path", "<model dir or hub id>"),
                                                 "model.path"))
-    for key in ("eval.retain_model", "muse.retrain_model"):
-        if inputs[key] and key.split(".")[0] == ("eval" if cfg.benchmark == "tofu" else cfg.benchmark):
-            lines.append(f"{key}: " + check_model_source(inputs[key], key))
-    return splits, lines
+    for key in spec.models:
+        value = getattr(spec.settings(cfg), key)
+        if value:
+            lines.append(f"{spec.section}.{key}: " + check_model_source(value, f"{spec.section}.{key}"))
+    return state, lines

@@ -207,7 +207,7 @@ CASES = [
           "model.path '/no/such/model' is not a model directory", base=["eval"], validate=False),
     _case("eval-split-for-muse", ["--benchmark", "muse", "--split", "x", "--model", "{model}", "--out", "{out}"],
           "--split applies to tofu and mcq", base=["eval"], validate=False),
-    _case("eval-unknown-benchmark", ["benchmark=squad"], "benchmark='squad' is impossible", base=["eval"],
+    _case("eval-unknown-benchmark", ["benchmark=squad"], "unknown benchmark 'squad'; valid names: mcq, muse, rwku, tofu", base=["eval"],
           validate=False),
     _case("demo-config-missing", ["--config", "{tmp}/missing.yaml"], "config file not found", base=["demo"],
           validate=False),

@@ -41,7 +41,7 @@ def eval_cfg(world_dir, model_dir):
 
 def test_reference_log_gives_the_same_forget_quality_as_the_retain_model(eval_cfg, model_dir, small_tok, small_world,
                                                                           tmp_path):
-    from obliviate.cli.runs import evaluate
+    from obliviate.eval.runner import evaluate_tofu_run as evaluate
     from obliviate.eval.runner import forget_truth_ratios
     from obliviate.modeling.load import load_pretrained
     from obliviate.modeling.tiny import tiny_llama
@@ -72,7 +72,7 @@ def test_privleak_takes_its_reference_auc_from_the_log_as_open_unlearning_does(e
     """open-unlearning's privleak (src/evals/metrics/privacy.py) reads the retain log's mia_min_k AUC and uses
     1 - AUC: the same number as the retain model's own Min-K% AUC here, so privleak is the same number; without
     mia_min_k in the log the default 0.5 applies, with its note."""
-    from obliviate.cli.runs import evaluate
+    from obliviate.eval.runner import evaluate_tofu_run as evaluate
     from obliviate.eval.runner import forget_truth_ratios
     from obliviate.modeling.load import load_pretrained
     from obliviate.modeling.tiny import tiny_llama

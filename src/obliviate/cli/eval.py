@@ -16,7 +16,8 @@ HELP = "evaluate a model on TOFU, MUSE, WMDP/MMLU (multiple choice) or RWKU"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     configured.add_config_arguments(p)
-    p.add_argument("--benchmark", choices=("tofu", "muse", "mcq", "rwku"), help="what to evaluate on")
+    p.add_argument("--benchmark", metavar="NAME", help="what to evaluate on: tofu, muse, mcq, rwku or a plugin's "
+                                                       "benchmark (eval/benchmarks.py)")
     p.add_argument("--model", help="model directory or hub id (= model.path)")
     p.add_argument("--data", help="data directory / file / hub id of the benchmark")
     p.add_argument("--split", help="TOFU: forget split, e.g. forget01 (its _perturbed file and holdout01 "
@@ -40,7 +41,9 @@ def eval_shortcuts(args: argparse.Namespace) -> list[str]:
     if args.out:
         out.append(f"output_dir={args.out}")
     if args.data:
-        out.append(f"{'eval' if bench == 'tofu' else bench}.source={args.data}")
+        from obliviate.eval.benchmarks import BENCHMARKS
+
+        out.append(f"{BENCHMARKS.get(bench).section}.source={args.data}")
     if args.split and bench == "tofu":
         split = args.split.removesuffix("_perturbed")
         out.append(f"eval.forget_split={split}_perturbed")
@@ -55,21 +58,17 @@ def eval_shortcuts(args: argparse.Namespace) -> list[str]:
 
 
 def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
-    """Evaluate a saved model on one benchmark and write metrics.json + report.md."""
-    from obliviate.eval.runner import evaluate_mcq_run, evaluate_muse_run, evaluate_rwku_run
+    """Evaluate a saved model on one benchmark (eval/benchmarks.py) and write metrics.json + report.md."""
+    from obliviate.eval.benchmarks import BENCHMARKS, resolve
     from obliviate.modeling.load import atomic_dir
 
+    spec = BENCHMARKS.get(cfg.benchmark)
     inputs = eval_inputs(cfg)
-    splits, _ = preflight_eval(cfg)
-    source = cfg.eval.source or ""
+    state, _ = preflight_eval(cfg)
     model, tok = load_model(cfg.model)
     label = Path(cfg.model.path).name or cfg.model.path
-    if cfg.benchmark == "tofu":
-        metrics = runs.evaluate(model, tok, source, cfg.eval, cfg.max_length, splits)
-    else:
-        run = {"muse": evaluate_muse_run, "mcq": evaluate_mcq_run, "rwku": evaluate_rwku_run}[cfg.benchmark]
-        metrics = {"eval": run(model, tok, getattr(cfg, cfg.benchmark))}
+    metrics = resolve(spec.run)(model, tok, cfg, state)
     metrics["benchmark"] = cfg.benchmark
     with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
-        runs.write_run(out, cfg, metrics, label if cfg.benchmark == "tofu" else f"{cfg.benchmark}: {label}")
+        runs.write_run(out, cfg, metrics, label if spec.section == "eval" else f"{cfg.benchmark}: {label}")
     return metrics

@@ -55,38 +55,6 @@ def keep_logs(out: Path, track: Any) -> None:
         Path(track.directory).rename(out / "logs")
 
 
-def evaluate(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
-              splits: dict[str, list] | None = None, fields: dict | None = None) -> dict[str, Any]:
-    """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
-    gives forget quality, PrivLeak's retrained reference and the MIA reference model; eval.retain_reference (a retain
-    model's evaluation log) gives forget quality alone."""
-    from obliviate.eval.retain_reference import retain_reference_truth_ratios
-    from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
-    from obliviate.eval.tofu import reference_forget_rows
-    from obliviate.modeling import chat
-    from obliviate.modeling.load import load_pretrained
-
-    splits = load_eval_splits(source, cfg, fields) if splits is None else splits
-    retain_tr = retain_model = None
-    if cfg.retain_model:
-        reference_forget_rows(splits, "eval.retain_model")
-        retain_model, rtok = load_pretrained(cfg.retain_model)
-        chat.set_format(rtok, **chat.get_format(tok))  # the reference answers the same prompts as the model
-        retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
-        if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
-            retain_model = None
-    elif cfg.retain_reference:
-        retain_tr = retain_reference_truth_ratios(cfg, splits)
-    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model,
-                             fields=fields)
-    if cfg.retain_model and retain_model is None:
-        metrics["notes"].append("retain model has another tokenizer: not used as PrivLeak / MIA reference")
-    if cfg.retain_reference:
-        metrics["notes"].append(f"forget_quality against the retain model's forget truth ratios in {cfg.retain_reference}")
-    fr = splits.get("forget", [])
-    return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
-
-
 def monitor(model: Any, tok: Any, source: str, cfg: RunConfig) -> Any:
     """The evaluation during training of `obliviate unlearn` (eval.every_steps), or None."""
     ev = cfg.eval

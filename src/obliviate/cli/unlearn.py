@@ -55,7 +55,9 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
         if res.module_stats:
             metrics["module_stats"] = res.module_stats
     if cfg.eval.enabled and cfg.data.format == "qa":
-        metrics.update(runs.evaluate(model, tok, source, cfg.eval, cfg.data.max_length, fields=cfg.data.fields))
+        from obliviate.eval.runner import evaluate_tofu_run
+
+        metrics.update(evaluate_tofu_run(model, tok, source, cfg.eval, cfg.data.max_length, fields=cfg.data.fields))
     elif cfg.eval.enabled and cfg.muse.source:
         from obliviate.eval.runner import evaluate_muse_run
 

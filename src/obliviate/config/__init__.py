@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from obliviate.config.audit import AuditConfig
 from obliviate.config.commands import (
-    BENCHMARKS,
     CalibrateConfig,
     EvalRunConfig,
     FinetuneConfig,
@@ -76,7 +75,6 @@ __all__ = [
     "FinetuneConfig",
     "McqEvalConfig",
     "RwkuEvalConfig",
-    "BENCHMARKS",
     "EvalRunConfig",
     "CalibrateConfig",
     "build",

@@ -115,7 +115,6 @@ class RwkuEvalConfig:
     max_examples: int | None = setting(None, "first N probes per level")
 
 
-BENCHMARKS = ("tofu", "muse", "mcq", "rwku")
 
 
 @dataclass(frozen=True)
@@ -130,8 +129,9 @@ class EvalRunConfig:
     output_dir: str = setting("", "where metrics.json and report.md are written")
     overwrite: bool = setting(False, "replace an existing output_dir")
 
-    def __post_init__(self) -> None:
-        require(self.benchmark in BENCHMARKS, "benchmark", self.benchmark, f"one of {', '.join(BENCHMARKS)}")
+    def __post_init__(self) -> None:  # the name is checked against eval/benchmarks.py's registry by the pre-flight
+        require(isinstance(self.benchmark, str) and bool(self.benchmark), "benchmark", self.benchmark,
+                "a benchmark name (obliviate eval --help lists them)")
 
 
 @dataclass(frozen=True)

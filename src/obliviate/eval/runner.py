@@ -211,3 +211,73 @@ def evaluate_rwku_run(model: Any, tokenizer: Any, cfg: RwkuEvalConfig) -> dict[s
     res = evaluate_rwku(model, tokenizer, probes, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
     res.pop("rougeL_recall_per_example", None)
     return res
+
+
+def evaluate_tofu_run(model: Any, tok: Any, source: str, cfg: Any, max_length: int,
+                      splits: dict[str, list] | None = None, fields: dict | None = None) -> dict[str, Any]:
+    """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
+    gives forget quality, PrivLeak's retrained reference and the MIA reference model; eval.retain_reference (a retain
+    model's evaluation log) gives forget quality alone."""
+    from obliviate.eval.retain_reference import retain_reference_truth_ratios
+    from obliviate.eval.tofu import reference_forget_rows
+    from obliviate.modeling import chat
+    from obliviate.modeling.load import load_pretrained
+
+    splits = load_eval_splits(source, cfg, fields) if splits is None else splits
+    retain_tr = retain_model = None
+    if cfg.retain_model:
+        reference_forget_rows(splits, "eval.retain_model")
+        retain_model, rtok = load_pretrained(cfg.retain_model)
+        chat.set_format(rtok, **chat.get_format(tok))  # the reference answers the same prompts as the model
+        retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
+        if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer
+            retain_model = None
+    elif cfg.retain_reference:
+        retain_tr = retain_reference_truth_ratios(cfg, splits)
+    metrics = evaluate_model(model, tok, splits, cfg, retain_tr, max_length, source=source, retain_model=retain_model,
+                             fields=fields)
+    if cfg.retain_model and retain_model is None:
+        metrics["notes"].append("retain model has another tokenizer: not used as PrivLeak / MIA reference")
+    if cfg.retain_reference:
+        metrics["notes"].append(f"forget_quality against the retain model's forget truth ratios in {cfg.retain_reference}")
+    fr = splits.get("forget", [])
+    return {"eval": metrics, "questions": [r.question for r in fr], "answers": [r.answer for r in fr]}
+
+
+def reference_line(ev: Any, splits: dict[str, list]) -> str:
+    """eval.retain_reference: the forget split gives truth ratios and the log holds one per row (a line for
+    `validate`)."""
+    from obliviate.eval.retain_reference import retain_reference_truth_ratios
+
+    n = len(retain_reference_truth_ratios(ev, splits))
+    return f"eval retain reference: {ev.retain_reference} ({n} forget truth ratios)"
+
+
+# ---- the benchmarks' steps, as eval/benchmarks.py names them: preflight(cfg), run(model, tokenizer, cfg, state)
+
+def preflight_tofu(cfg: Any) -> tuple[dict[str, list], list[str]]:
+    """TOFU before the model loads: the splits (kept for the run) and their sizes; the retain log checked."""
+    from obliviate.config import need
+
+    source = need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
+    splits = load_eval_splits(source, cfg.eval)
+    lines = ["eval splits: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items())]
+    if cfg.eval.retain_reference:
+        lines.append(reference_line(cfg.eval, splits))
+    return splits, lines
+
+
+def run_tofu(model: Any, tokenizer: Any, cfg: Any, splits: Any) -> dict[str, Any]:
+    return evaluate_tofu_run(model, tokenizer, cfg.eval.source or "", cfg.eval, cfg.max_length, splits)
+
+
+def run_muse(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    return {"eval": evaluate_muse_run(model, tokenizer, cfg.muse)}
+
+
+def run_mcq(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    return {"eval": evaluate_mcq_run(model, tokenizer, cfg.mcq)}
+
+
+def run_rwku(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    return {"eval": evaluate_rwku_run(model, tokenizer, cfg.rwku)}
