@@ -189,13 +189,13 @@ def run_continual(model: torch.nn.Module, tokenizer: Any, requests: list[list[QA
                   accelerator: Any = None, tracking: Any = None) -> ContinualResult:
     """Unlearn the requests in order, each from the previous result as θ0 (docs/METHODS.md §1.5). With trackers
     (train.report_to; `tracking`: train/tracking.py), each request is a run of its own in a sub-directory."""
-    from obliviate.train.tracking import plan
+    from obliviate.train.tracking import trackers
 
     cfg = config or ContinualConfig()
     _check_requests(requests, retain_rows, eval_fn is None)
     evaluate = eval_fn or default_eval(tokenizer, retain_rows, cfg, max_length)
     result, start, n = ContinualResult(n_requests=len(requests)), time.perf_counter(), len(requests)
-    tracking = tracking if tracking is not None else plan(train, name=method.label)
+    tracking = tracking if tracking is not None else trackers(train, name=method.label)
     for i, rows in enumerate(requests):
         log(f"continual: request {i + 1}/{n}: forgetting {len(rows)} rows; θ0 = "
             + (f"the model after request {i}" if i else "the starting model"))

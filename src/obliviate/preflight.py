@@ -43,7 +43,7 @@ def input_paths(cfg: RunConfig) -> dict[str, Any]:
 
 
 @dataclass
-class Plan:
+class Checked:
     """What the pre-flight found: the data, the resolved method, the model's layer count, lines for `validate`."""
 
     forget: list
@@ -213,7 +213,7 @@ def _check_muse_eval(cfg: RunConfig) -> list[str]:
     return lines
 
 
-def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
+def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Checked:
     """Every check of an unlearning run that needs no weights, in the order `unlearn` meets them.
 
     `validate` calls it with need_output=False (an empty output_dir is fine there, a set one is checked)."""
@@ -274,7 +274,7 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Plan:
     if cfg.hub.push:  # no token, offline, hub unreachable: said now, not after the training
         hub.check_can_push()
         lines.append(f"hub: push to {cfg.hub.repo_id} after the run (a token is set and the hub answers)")
-    return Plan(forget, retain, rm, n_layers, lines)
+    return Checked(forget, retain, rm, n_layers, lines)
 
 
 def _check_during(cfg: RunConfig) -> list[str]:

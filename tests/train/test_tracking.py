@@ -76,7 +76,7 @@ def test_tensorboard_scalars_are_the_history_at_every_step(tmp_path, small_world
 
 def test_a_resumed_run_logs_every_step_once(tmp_path, small_world, small_tok):
     cfg = _cfg(report_to="tensorboard", checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=1)
-    track = tracking.plan(cfg, name="resumed", directory=tmp_path / "stage", staged=True)
+    track = tracking.trackers(cfg, name="resumed", directory=tmp_path / "stage", staged=True)
     with pytest.raises(KeyboardInterrupt):
         interrupt_after(2, lambda: _unlearn(small_world, small_tok, cfg, tracking=track))
     assert [s for s, _ in _scalars(tmp_path / "stage" / "obliviate")["loss"]] == [1, 2]

@@ -43,9 +43,9 @@ def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
 def tracking(cfg: Any, label: str) -> Any:
     """The trackers of a run command (train.report_to; None without), named after output_dir (else `label`), with
     the whole resolved config; without train.tracking_dir they write beside output_dir, see `keep_logs`."""
-    from obliviate.train.tracking import plan, staging_dir
+    from obliviate.train.tracking import staging_dir, trackers
 
-    return plan(cfg.train, name=Path(cfg.output_dir).name or label, directory=staging_dir(cfg.output_dir),
+    return trackers(cfg.train, name=Path(cfg.output_dir).name or label, directory=staging_dir(cfg.output_dir),
                 config=cfg, staged=True)
 
 

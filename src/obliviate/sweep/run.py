@@ -59,7 +59,7 @@ class PruneRule:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """A checked sweep: everything a worker needs before it loads a model."""
 
     cfg: SweepConfig
@@ -113,7 +113,7 @@ def _prune_rules(raw: list, valid: set[str]) -> list[PruneRule]:
     return out
 
 
-def plan_sweep(cfg: SweepConfig) -> Plan:
+def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     """Check the whole sweep without loading a model (also what `obliviate validate` would reject)."""
     from obliviate.train.unlearn import resolve_method
 
@@ -133,7 +133,7 @@ def plan_sweep(cfg: SweepConfig) -> Plan:
             grid_space(dims, name)  # a float range without a step is an error here
     valid = track.metric_names()
     objectives = _objectives(cfg.objectives, track.defaults.objectives, valid)
-    plan = Plan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid),
+    plan = SweepPlan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid),
                 parse_bar(cfg.bar, track.defaults, valid), parse_axes(cfg.report, track.defaults, valid), lines)
     plan.lines += [f"methods: {', '.join(methods)}; {', '.join(str(plan.budget(m)) for m in methods)} trials each "
                    f"({cfg.sampler})",
@@ -180,7 +180,7 @@ def prepare_output(cfg: SweepConfig) -> bool:
 
 # --- the worker ----------------------------------------------------------------------------------------------
 
-def _sampler(cfg: SweepConfig, plan: Plan, method: str, n_trials: int) -> Any:
+def _sampler(cfg: SweepConfig, plan: SweepPlan, method: str, n_trials: int) -> Any:
     """The method's sampler, seeded by the sweep seed, the method and the trials so far (reproducible per study,
     and two workers asking at different points draw different values)."""
     import optuna
@@ -191,7 +191,7 @@ def _sampler(cfg: SweepConfig, plan: Plan, method: str, n_trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, cfg.trials // 3)))
 
 
-def grid_point(plan: Plan, study: Any, method: str) -> dict[str, Any] | None:
+def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | None:
     """The first grid point (in a fixed order) that no counted trial of the study has taken, or None."""
     space = grid_space(plan.dims, method)
     keys = sorted(space)
@@ -203,7 +203,7 @@ def grid_point(plan: Plan, study: Any, method: str) -> dict[str, Any] | None:
     return None
 
 
-def _study(storage: Any, plan: Plan, method: str, sampler: Any = None) -> Any:
+def _study(storage: Any, plan: SweepPlan, method: str, sampler: Any = None) -> Any:
     import optuna
 
     directions = ["maximize" if up else "minimize" for up, _ in plan.objectives]
@@ -211,7 +211,7 @@ def _study(storage: Any, plan: Plan, method: str, sampler: Any = None) -> Any:
                                sampler=sampler, load_if_exists=True)
 
 
-def _check_study(study: Any, plan: Plan) -> None:
+def _check_study(study: Any, plan: SweepPlan) -> None:
     """The study was made by this sweep (or is new: then this sweep's config is recorded in it)."""
     mine = json.loads(json.dumps(_saved_config(plan.cfg)))
     recorded = study.user_attrs.get("config")
@@ -231,7 +231,7 @@ def _describe(params: dict[str, Any]) -> str:
     return " ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in params.items()) or "base settings"
 
 
-def _monitor(plan: Plan, original_quick: dict[str, Any]) -> Any:
+def _monitor(plan: SweepPlan, original_quick: dict[str, Any]) -> Any:
     """The evaluation during training of one trial: curve, best weights by the first objective, pruning."""
     from obliviate.train.monitor import Monitor, StopRun
 
@@ -251,7 +251,7 @@ def _monitor(plan: Plan, original_quick: dict[str, Any]) -> Any:
                    keep_best=cfg.keep_best, stop=stop if plan.prune else None)
 
 
-def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
+def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) -> str:
     """Run one asked trial and tell the study its outcome; the outcome's name."""
     from optuna.trial import TrialState
 
@@ -314,7 +314,7 @@ def run_trial(plan: Plan, study: Any, trial: Any, method: str, log: Log) -> str:
     return "complete"
 
 
-def _next_method(plan: Plan, studies: dict[str, Any]) -> tuple[str | None, bool]:
+def _next_method(plan: SweepPlan, studies: dict[str, Any]) -> tuple[str | None, bool]:
     """(the method to run a trial of next, whether any method still waits on trials running elsewhere)."""
     best, waiting = None, False
     fewest = None
@@ -329,7 +329,7 @@ def _next_method(plan: Plan, studies: dict[str, Any]) -> tuple[str | None, bool]
     return best, waiting
 
 
-def _best_trial(plan: Plan, study: Any) -> Any:
+def _best_trial(plan: SweepPlan, study: Any) -> Any:
     """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
     from optuna.trial import TrialState
 
@@ -340,7 +340,7 @@ def _best_trial(plan: Plan, study: Any) -> Any:
     return None if i is None else done[i]
 
 
-def _enqueue_repeats(plan: Plan, study: Any) -> None:
+def _enqueue_repeats(plan: SweepPlan, study: Any) -> None:
     """Queue the repeats of the method's best trial once (other seeds, the same settings)."""
     if plan.cfg.repeats == 0 or "repeats_of" in study.user_attrs:
         return
@@ -353,7 +353,7 @@ def _enqueue_repeats(plan: Plan, study: Any) -> None:
         study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
 
 
-def _repeat_due(plan: Plan, study: Any) -> bool:
+def _repeat_due(plan: SweepPlan, study: Any) -> bool:
     from optuna.trial import TrialState
 
     if plan.cfg.repeats == 0 or "repeats_of" not in study.user_attrs:

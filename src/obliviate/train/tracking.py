@@ -106,8 +106,8 @@ def flat_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def plan(train: Any, *, name: str, directory: str | Path | None = None, config: Any = None,
-         staged: bool = False) -> Tracking | None:
+def trackers(train: Any, *, name: str, directory: str | Path | None = None, config: Any = None,
+             staged: bool = False) -> Tracking | None:
     """The trackers of a run with TrainConfig `train` (None when train.report_to is none), named train.run_name,
     else `name`. They write to train.tracking_dir/<run name>, else to `directory` (the run's own, e.g. a run
     command's staging directory), else to ./logs/<run name>: a directory several runs share gets one sub-directory

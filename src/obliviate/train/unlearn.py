@@ -30,7 +30,7 @@ from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_lo
 from obliviate.train.method import ResolvedMethod, cache_trajectory, resolve_method
 from obliviate.train.optim import make_optimizer
 from obliviate.train.schedule import schedule
-from obliviate.train.tracking import plan as tracking_plan
+from obliviate.train.tracking import trackers
 
 if TYPE_CHECKING:
     from obliviate.modeling.frozen import FrozenModels
@@ -394,7 +394,7 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     rm = resolve_method(method)
     if rm.retain is not None and not (is_text(forget_rows) or is_text(retain_rows)):
         check_disjoint(forget_rows, retain_rows)  # type: ignore[arg-type]
-    tracking = tracking if tracking is not None else tracking_plan(train, name=method.label)
+    tracking = tracking if tracking is not None else trackers(train, name=method.label)
     acc = accelerator or make_accelerator(train, tracking)
     chunk = vocab_chunk(train, model)
     fside, rside = _sides(rm, method, tokenizer, forget_rows, retain_rows, max_length, train.seed, chunk, windows,
@@ -453,7 +453,7 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     from obliviate.train.fsdp import prepare
 
     rows = as_rows(rows, fields)
-    tracking = tracking if tracking is not None else tracking_plan(train, name=desc)
+    tracking = tracking if tracking is not None else trackers(train, name=desc)
     acc = accelerator or make_accelerator(train, tracking)
     enc = encode_rows(tokenizer, rows, max_length)
     global_batch = train.batch_size * acc.num_processes
