@@ -20,7 +20,8 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
-    """A user's folder: runs/tofu-{target,retain99}-tiny (4 layers, as the tiny TOFU target), the demo's world and
+    """A user's folder: runs/tofu-{target,retain99}-tiny (4 layers, as the tiny TOFU target), runs/tofu20-smollm2-* (30
+    layers, as SmolLM2-135M), the demo's world and
     models, two small WMDP bio corpora, and configs/ (sweeps name their base config by a relative path)."""
     from obliviate.data.synthetic import make_world, write_world
     from obliviate.modeling.load import save_model
@@ -31,6 +32,9 @@ def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
     for name in ("runs/tofu-target-tiny", "runs/tofu-retain99-tiny", "obliviate-demo/models/target",
                  "obliviate-demo/models/retain"):
         save_model(root / name, model, small_tok)
+    deep = tiny_llama(small_tok, hidden_size=16, num_layers=30, num_heads=2, seed=0)  # SmolLM2-135M's 30 layers
+    for name in ("runs/tofu20-smollm2-target", "runs/tofu20-smollm2-retain90"):
+        save_model(root / name, deep, small_tok)
     write_world(make_world(10, seed=0, forget_percents=(10,)), root / "obliviate-demo" / "world")
     corpora = root / "data" / "wmdp" / "wmdp-corpora"
     corpora.mkdir(parents=True)
