@@ -277,6 +277,47 @@ def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_wo
     assert not Path("ignored").exists()
 
 
+def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(model_dir, small_world, tmp_path, monkeypatch):
+    """heldout_share on an unlearn (TOFU) base: every split is cut once by row; selection (objectives, the quick
+    evaluation) reads one part, the trial's report the other, each with TOFU's own aggregates on its rows only
+    (forget quality: the KS test on that part's forget rows against the retain model's truth ratios of the same rows)."""
+    from obliviate.data.synthetic import write_world
+    from obliviate.eval import runner
+    from obliviate.sweep.tracks import tofu_cut
+
+    world = write_world(small_world, tmp_path / "world")
+    base = tmp_path / "run.yaml"
+    base.write_text(yaml.safe_dump({
+        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
+                                                   "retain_split": "retain90", "max_length": 64},
+        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 1, "batch_size": 2, "progress": False},
+        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 6,
+                 "max_new_tokens": 2, "holdout_split": None}, "output_dir": "ignored"}))
+    seen, real = [], runner.evaluate_model
+
+    def spy(model, tok, splits, cfg, retain_tr=None, *a, **kw):
+        seen.append(({k: [r.question for r in v] for k, v in splits.items()}, retain_tr))
+        return real(model, tok, splits, cfg, retain_tr, *a, **kw)
+
+    monkeypatch.setattr(runner, "evaluate_model", spy)
+    out = tmp_path / "sw"
+    assert run_sweep(_cfg(base, out, trials=1, heldout_share=0.5), log=lambda s: None)["outcomes"] == {"complete": 1}
+    study, trials = _trials(out, "npo+nll")
+    report = trials[0].user_attrs["report"]["metrics"]
+    assert report["forget_quality"] is not None and study.user_attrs["original_report"]["forget_quality"] == 1.0
+    parts = [q for q, _ in seen]
+    assert len(parts) == 4  # θ0 and the trial, each on the selection part then the report part
+    for select, held in (parts[0:2], parts[2:4]):
+        for split in select:
+            assert select[split] and held[split] and not set(select[split]) & set(held[split]), split
+    assert len(seen[0][1]) == len(parts[0]["forget"]) and len(seen[1][1]) == len(parts[1]["forget"])  # its own rows'
+    assert study.user_attrs["original"]["forget_quality"] == 1.0  # θ0 against itself, on the selection part too
+    cut = tofu_cut({"a": list(range(6)), "b": list(range(3))}, 0.5, 0)
+    assert [sorted(cut[0][k].tolist() + cut[1][k].tolist()) for k in "ab"] == [list(range(6)), list(range(3))]
+    assert len(cut[1]["a"]) == 3 and len(cut[1]["b"]) in (1, 2)
+    assert tofu_cut({"a": list(range(6))}, 0.5, 0)[1]["a"].tolist() == cut[1]["a"].tolist()  # the same cut again
+
+
 def test_stale_trials_a_dead_worker_a_silent_one_and_one_that_never_named_its_worker(tmp_path):
     from obliviate.sweep.workers import ORPHAN_S, WORKER, fail_stale
 

@@ -39,9 +39,10 @@ class SweepConfig:
                        "0.9x θ0's, <= 10% degenerate)")
     report: dict = setting({}, "axes of the report's frontier plot: {forget: EXPR, utility: EXPR, fluency: METRIC}; "
                           "empty: the track's")
-    heldout_share: float = setting(0.5, "knowledge track: the share of each group's evaluation rows held out for the "
-                                        "verdict; trials are selected (objectives, pruning, the best at matched "
-                                        "utility) on the other rows only (eval/heldout.py)")
+    heldout_share: float | None = setting(None, "the share of each group's evaluation rows held out for the verdict; "
+                                                "trials are selected (objectives, pruning, the best at matched utility) on "
+                                                "the other rows only (eval/heldout.py). null: 0.5 on the knowledge track, "
+                                                "no held-out rows on the TOFU tracks (demo, unlearn)")
     study: str = setting("sweep", "study name in the storage (one study per method: <study>/<method>)")
     storage: str | None = setting(None, "Optuna storage shared by the workers: a database URL (sqlite:///file.db, "
                                    "postgresql://user@host/db, mysql://...) or a journal file (journal:PATH or a path "
@@ -54,8 +55,9 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         require(self.trials >= 1, "trials", self.trials, ">= 1")
-        require(not isinstance(self.heldout_share, bool) and isinstance(self.heldout_share, (int, float))
-                and 0 < self.heldout_share < 1, "heldout_share", self.heldout_share,
+        require(self.heldout_share is None or not isinstance(self.heldout_share, bool)
+                and isinstance(self.heldout_share, (int, float)) and 0 < self.heldout_share < 1,
+                "heldout_share", self.heldout_share,
                 "strictly between 0 and 1 (e.g. 0.5: half of each group's rows select, the other half judge)")
         require(self.sampler in ("tpe", "random", "grid"), "sampler", self.sampler, "tpe, random or grid")
         require(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps",

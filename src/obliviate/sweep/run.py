@@ -386,8 +386,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         _check_study(study, plan)
     track = plan.track
     t0 = time.perf_counter()
-    if track.kind == "knowledge":
-        track.heldout_share, track.heldout_seed = cfg.heldout_share, cfg.seed
+    track.heldout_share = cfg.heldout_share if cfg.heldout_share is not None else \
+        (0.5 if track.kind == "knowledge" else None)
+    track.heldout_seed = cfg.seed
     track.prepare(log)
     from obliviate.modeling.sources import check_layer_indices
 

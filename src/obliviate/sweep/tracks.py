@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from obliviate.config import MethodConfig, TrainConfig, apply_overrides, build, read_yaml, to_dict
 from obliviate.errors import ConfigError
@@ -317,7 +317,7 @@ class TofuTrack(Track):
 
         return tofu_metric_names()
 
-    def _ready(self, splits: dict, ev: Any, retain_model: Any, source: str) -> None:
+    def _ready(self, splits: dict, ev: Any, retain_model: Any, source: str, log: Log = print) -> None:
         from obliviate.eval.runner import forget_truth_ratios
 
         self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
@@ -327,18 +327,64 @@ class TofuTrack(Track):
             from obliviate.eval.retain_reference import retain_reference_truth_ratios
 
             self.retain_tr = retain_reference_truth_ratios(ev, splits)
-        self.original = numbers(self.evaluate(self.model))
+        self.cut = None
+        if self.heldout_share is not None:
+            self.cut = tofu_cut(splits, self.heldout_share, self.heldout_seed)
+            held = sum(len(ix) for ix in self.cut[1].values())
+            log(f"held out for the verdict: {held} of {sum(map(len, splits.values()))} evaluation rows "
+                f"(heldout_share {self.heldout_share:g}); selection reads the others")
+        self.original, _, self.original_report = self.parts(self.evaluate(self.model))
+
+    def _on(self, model: Any, which: int) -> dict[str, Any]:
+        """TOFU's metrics on one part of the rows (0: selection, 1: the held-out report), forget quality against the
+        retain model's truth ratios of the same forget rows."""
+        from obliviate.eval.runner import evaluate_model
+
+        index = self.cut[which]  # type: ignore[index]
+        splits = {k: [rows[i] for i in index[k]] for k, rows in self.splits.items() if len(index[k])}
+        retain_tr = None if self.retain_tr is None else self.retain_tr[index["forget"]]
+        return evaluate_model(model, self.tok, splits, self.ev, retain_tr, self.max_length, source=self.source,
+                              retain_model=self.retain_model)
 
     def evaluate(self, model: Any) -> dict[str, Any]:
         from obliviate.eval.runner import evaluate_model
 
+        if self.cut is not None:
+            return {**self._on(model, 0), REPORT_KEY: self._on(model, 1)}
         return evaluate_model(model, self.tok, self.splits, self.ev, self.retain_tr, self.max_length, source=self.source,
                               retain_model=self.retain_model)
+
+    def parts(self, evaluation: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, list], dict | None]:
+        """With held-out rows: the selection part's metrics and rows, and the report part's, each computed on its own
+        rows only (forget quality's KS test included)."""
+        if REPORT_KEY not in evaluation:
+            return super().parts(evaluation)
+        report = evaluation[REPORT_KEY]
+        return numbers(evaluation), dict(evaluation.get("rows") or {}), \
+            {"metrics": numbers(report), "rows": dict(report.get("rows") or {})}
 
     def quick(self, model: Any, rows: int) -> dict[str, Any]:
         from obliviate.eval.runner import quick_tofu
 
-        return quick_tofu(model, self.tok, self.splits, rows, self.ev, self.max_length)
+        splits = self.splits if self.cut is None else \
+            {k: [r[i] for i in self.cut[0][k]] for k, r in self.splits.items()}  # selection's rows only
+        return quick_tofu(model, self.tok, splits, rows, self.ev, self.max_length)
+
+
+REPORT_KEY = "_report"  # an evaluation's held-out part, beside the selection part's metrics
+
+
+def tofu_cut(splits: Mapping[str, Sequence[Any]], share: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({split: selection row indices}, {split: held-out row indices}), each sorted: eval/heldout.report_ids on ids
+    "<split>:<index>", so the cut depends on the splits' sizes, the share and the seed only."""
+    import numpy as np
+
+    from obliviate.eval.heldout import report_ids
+
+    held = report_ids({k: [f"{k}:{i}" for i in range(len(rows))] for k, rows in splits.items()}, share, seed)
+    select = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" not in held], dtype=int) for k, r in splits.items()}
+    report = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" in held], dtype=int) for k, r in splits.items()}
+    return select, report
 
 
 class DemoTrack(TofuTrack):
@@ -358,7 +404,7 @@ class DemoTrack(TofuTrack):
         p = self.cfg.world.forget_percent
         self._rows = world.splits[f"forget{p:02d}"], world.splits[f"retain{100 - p:02d}"]
         ev = eval_config(self.cfg)
-        self._ready(load_eval_splits(str(world_dir), ev), ev, retain_model, str(world_dir))
+        self._ready(load_eval_splits(str(world_dir), ev), ev, retain_model, str(world_dir), log)
 
     def forget_retain(self) -> tuple[list, list]:
         return self._rows
@@ -407,7 +453,7 @@ class UnlearnTrack(TofuTrack):
         ev = self.cfg.eval
         source = ev.source or self.cfg.data.source
         retain_model = load_pretrained(ev.retain_model)[0] if ev.retain_model else None
-        self._ready(load_eval_splits(source, ev), ev, retain_model, source)
+        self._ready(load_eval_splits(source, ev), ev, retain_model, source, log)
 
     def forget_retain(self) -> tuple[list, list]:
         return self._rows
