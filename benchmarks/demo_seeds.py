@@ -2,7 +2,7 @@
 
 Runs the demo (audit off, each in a fresh process, output in a temporary folder) with `tiny.seed=0..N-1` (the
 world stays the same), prints each headline metric's range over the seeds for every model, and the demo's own
-claims (obliviate.demos.synthetic.demo_claims) per seed; exits 1 if a claim fails on any seed. The README's table of what a
+claims (obliviate.demos.offline.demo_claims) per seed; exits 1 if a claim fails on any seed. The README's table of what a
 user should see comes from this script. Usage: python benchmarks/demo_seeds.py [--seeds 5] [overrides ...]
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 import pytest
 
 from obliviate.config import RunConfig, apply_overrides, load_config
-from obliviate.demos.synthetic import DemoConfig
+from obliviate.demos.offline import DemoConfig
 from obliviate.errors import ConfigError
 
 

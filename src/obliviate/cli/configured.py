@@ -34,7 +34,7 @@ def config_class(command: str, config_file: str | None = None) -> type:
             from obliviate.demos.knowledge import KnowledgeDemoConfig
 
             return KnowledgeDemoConfig
-        from obliviate.demos.synthetic import DemoConfig
+        from obliviate.demos.offline import DemoConfig
 
         return DemoConfig
     if command == "sweep":

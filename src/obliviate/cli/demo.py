@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg is None:
         return 0
     if getattr(cfg, "cpu_kernels", None) == "avx2":  # before torch loads
-        from obliviate.demos.synthetic import pin_cpu_kernels
+        from obliviate.demos.offline import pin_cpu_kernels
 
         pin_cpu_kernels()
     configured.quiet_libraries()
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
         run_knowledge_demo(cfg)
     else:
-        from obliviate.demos.synthetic import run_demo
+        from obliviate.demos.offline import run_demo
 
         run_demo(cfg)
     return 0

@@ -44,7 +44,7 @@ def validation_lines(cfg: Any) -> list[str]:
     """The pre-flight of the command that `cfg` configures (unlearn, finetune, eval, calibrate, either demo),
     without its output-directory checks: what that command would reject before any weights load."""
     from obliviate.demos.knowledge import KnowledgeDemoConfig, preflight_knowledge
-    from obliviate.demos.synthetic import DemoConfig, preflight_demo
+    from obliviate.demos.offline import DemoConfig, preflight_demo
 
     if isinstance(cfg, RunConfig):
         return preflight_unlearn(cfg, need_output=False).lines

@@ -213,7 +213,7 @@ def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) ->
 def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: MethodConfig,
                           cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """One method from θ0: train a student, evaluate it, analyse its forget answers."""
-    from obliviate.demos.synthetic import forget_analysis
+    from obliviate.demos.offline import forget_analysis
     from obliviate.train.student import student_copy
     from obliviate.train.unlearn import unlearn
 
@@ -262,7 +262,7 @@ def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: Kno
 
 def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
     """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
-    from obliviate.demos.synthetic import phases
+    from obliviate.demos.offline import phases
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.report.markdown import calibration_table, console_table
     from obliviate.train.student import load_model

@@ -98,7 +98,7 @@ def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
     from obliviate.config import RunConfig
     from obliviate.demos.knowledge import KnowledgeDemoConfig
-    from obliviate.demos.synthetic import DemoConfig
+    from obliviate.demos.offline import DemoConfig
 
     if not path:
         raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
@@ -392,12 +392,12 @@ class DemoTrack(TofuTrack):
     defaults = DEMO_DEFAULTS
 
     def check(self) -> list[str]:
-        from obliviate.demos.synthetic import preflight_demo
+        from obliviate.demos.offline import preflight_demo
 
         return [line for line in preflight_demo(self.cfg, need_output=False) if not line.startswith("method ")]
 
     def prepare(self, log: Log) -> None:
-        from obliviate.demos.synthetic import eval_config, world_models
+        from obliviate.demos.offline import eval_config, world_models
         from obliviate.eval.runner import load_eval_splits
 
         world, world_dir, self.tok, self.model, retain_model = world_models(self.cfg, self.workdir / "base", log)
