@@ -268,16 +268,20 @@ def preflight_tofu(cfg: Any) -> tuple[dict[str, list], list[str]]:
 
 
 def run_tofu(model: Any, tokenizer: Any, cfg: Any, splits: Any) -> dict[str, Any]:
+    """TOFU on the pre-flight's splits (eval.*): the metrics dict `obliviate eval` writes."""
     return evaluate_tofu_run(model, tokenizer, cfg.eval.source or "", cfg.eval, cfg.max_length, splits)
 
 
 def run_muse(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    """MUSE (muse.*): the metrics dict `obliviate eval` writes."""
     return {"eval": evaluate_muse_run(model, tokenizer, cfg.muse)}
 
 
 def run_mcq(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    """Multiple choice (mcq.*): the metrics dict `obliviate eval` writes."""
     return {"eval": evaluate_mcq_run(model, tokenizer, cfg.mcq)}
 
 
 def run_rwku(model: Any, tokenizer: Any, cfg: Any, state: Any = None) -> dict[str, Any]:
+    """RWKU (rwku.*): the metrics dict `obliviate eval` writes."""
     return {"eval": evaluate_rwku_run(model, tokenizer, cfg.rwku)}
