@@ -152,6 +152,8 @@ def test_ls_lists_components(capsys):
     assert main(["ls"]) == 0
     out = capsys.readouterr().out
     assert "asu" in out and "kl" in out and "demo.yaml" in out
+    listed = out.split("benchmarks (obliviate eval --benchmark):\n", 1)[1].split("presets (", 1)[0]
+    assert [ln.split()[0] for ln in listed.splitlines()] == ["mcq", "muse", "rwku", "tofu"]  # from the registry
 
 
 PRESETS = sorted(p.stem for p in __import__("pathlib").Path("configs/synthetic").glob("*.yaml"))

@@ -69,6 +69,9 @@ def list_components() -> str:
                         ("rule", "gradient rules (method.combine.rule):")):
         lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
     lines += plugin_lines({kind: set(builtin(kind)) for kind in ("forget", "retain", "rule")})
+    from obliviate.eval.benchmarks import BENCHMARKS
+
+    lines += ["benchmarks (obliviate eval --benchmark):"] + [f"  {n:<12} {BENCHMARKS.get(n).help}" for n in BENCHMARKS.names()]
     configs = Path(__file__).resolve().parents[3] / "configs"
     presets = sorted(configs.rglob("*.yaml"), key=lambda p: (len(p.relative_to(configs).parts), p))
     if presets:  # every folder: the CPU presets, then configs/gpu/ and configs/twins/ (recipes for a GPU, their twins)
