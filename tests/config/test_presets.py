@@ -69,7 +69,13 @@ def test_methods_name_registered_components(path: Path) -> None:
     assert method.combine.rule in RULES.names()
 
 
-@pytest.mark.parametrize("path", [p for p in ALL if _command(p) == "sweep"], ids=lambda p: p.name)
+# Sweeps whose base reads what earlier commands make (prepared data, fine-tuned models): their whole check runs in
+# tests/cli/test_validate_presets.py, from a folder laid out as after those commands.
+AFTER_EARLIER_COMMANDS = {"smollm2_tofu20.yaml": "needs data/tofu-20 and the TOFU-20 target and retain models"}
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if _command(p) == "sweep" and p.name not in AFTER_EARLIER_COMMANDS],
+                         ids=lambda p: p.name)
 def test_every_sweep_passes_its_whole_check(path: Path, monkeypatch) -> None:
     """The base, the methods, every dimension at both ends, the objectives and the bar (no model loaded)."""
     from obliviate.sweep.config import SweepConfig
