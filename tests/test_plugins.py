@@ -22,20 +22,29 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture
-def plugin(tmp_path, monkeypatch):
-    """An installed package `my-unlearning` (a dist-info folder on sys.path) whose entry point names its module."""
+def install(tmp_path, monkeypatch, dist: str, entry: str, module: str, source: str | None) -> None:
+    """An installed package `dist` (a dist-info folder on sys.path) naming `module` under obliviate.plugins as `entry`;
+    the module's file holds `source` (None: no module at all). The plugins are loaded afresh on the next registry read."""
     site = tmp_path / "site"
-    (site / "my_unlearning").mkdir(parents=True)
-    (site / "my_unlearning" / "__init__.py").write_text(PLUGIN, encoding="utf-8")
-    info = site / "my_unlearning-0.1.dist-info"
+    site.mkdir(exist_ok=True)
+    if source is not None:
+        (site / f"{module}.py").write_text(source, encoding="utf-8")
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-unlearning\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[obliviate.plugins]\nmine = my_unlearning\n", encoding="utf-8")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[obliviate.plugins]\n{entry} = {module}\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(site))
     from obliviate import registry
 
-    monkeypatch.setattr(registry, "_plugins", None)  # loaded afresh, with the plugin on the path
+    monkeypatch.setattr(registry, "_plugins", None)
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """An installed package `my-unlearning` (a dist-info folder on sys.path) whose entry point names its module."""
+    install(tmp_path, monkeypatch, "my-unlearning", "mine", "my_unlearning", PLUGIN)
+    from obliviate import registry
+
     yield "my_npo"
     from obliviate.objectives import FORGET
 
@@ -63,15 +72,8 @@ def test_a_plugins_objective_is_listed_validated_and_trained(plugin, model_dir, 
 
 
 def test_a_broken_plugin_is_named(tmp_path, monkeypatch, capsys):
-    site = tmp_path / "site"
-    info = site / "broken-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[obliviate.plugins]\nbad = no_such_module_xyz\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(site))
+    install(tmp_path, monkeypatch, "broken", "bad", "no_such_module_xyz", None)
     from obliviate import registry
-
-    monkeypatch.setattr(registry, "_plugins", None)
     from obliviate.cli import main
 
     assert main(["validate", "method.forget=npo", "model.path=x", "data.source=tofu"]) == 2
@@ -113,18 +115,10 @@ def test_a_rule_with_a_setting_and_a_metric_each_need_one_place(tmp_path, monkey
     from obliviate.gradients import RULES
     from obliviate.train.unlearn import resolve_method, unlearn
 
-    site = tmp_path / "site"
-    (site / "my_rules").mkdir(parents=True)
-    (site / "my_rules" / "__init__.py").write_text(RULE_AND_METRIC, encoding="utf-8")
-    info = site / "my_rules-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-rules\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[obliviate.plugins]\nrules = my_rules\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(site))
+    install(tmp_path, monkeypatch, "my-rules", "rules", "my_rules", RULE_AND_METRIC)
     from obliviate import registry
     from obliviate.eval import metrics
 
-    monkeypatch.setattr(registry, "_plugins", None)
     try:
         assert metric_infos()["my_leak"].higher_is_better is False  # loads the plugin
         assert RULES.get("scaled_sum").defaults() == {"w": 0.5}
@@ -175,18 +169,10 @@ def test_a_benchmark_registered_in_one_module_is_a_choice_checked_and_run(tmp_pa
     from obliviate.cli import main
     from obliviate.eval.benchmarks import BENCHMARKS
 
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "my_bench.py").write_text(BENCH, encoding="utf-8")
-    info = site / "my_bench-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-bench\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[obliviate.plugins]\nbench = my_bench\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(site))
+    install(tmp_path, monkeypatch, "my-bench", "bench", "my_bench", BENCH)
     from obliviate import registry
     from obliviate.eval import metrics
 
-    monkeypatch.setattr(registry, "_plugins", None)
     data = tmp_path / "toy.txt"
     data.write_text("a\nb\nc\n", encoding="utf-8")
     try:
