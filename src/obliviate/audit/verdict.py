@@ -142,7 +142,7 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     """report.md and report.html of an audit into `out_dir`."""
     from pathlib import Path
 
-    from obliviate.resources import stylesheet
+    from obliviate.report.page import page
 
     out = Path(out_dir)
     text = EXPLAIN.format(metric=result["k_metric"], ref0=result["ref0"])
@@ -163,12 +163,11 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     base_html = "".join(f"<tr><td>{escape(m)}</td><td class='num'>{num(v.get('k'))}</td>"
                         f"<td class='num'>{num(v.get('prob'))}</td></tr>" for m, v in base.items())
-    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate audit</title><style>{stylesheet()}</style>"
-            f"</head><body><h1>obliviate audit</h1><p class='meta'>unlearned: {escape(str(result.get('model')))}; "
-            f"original: {escape(str(result.get('original')))}; retain model: "
-            f"{escape(str(result.get('retain_model')))}</p><h2>Verdict</h2>{html_verdict(rows)}"
+    meta = (f"unlearned: {result.get('model')}; original: {result.get('original')}; "
+            f"retain model: {result.get('retain_model')}")
+    body = (f"<h2>Verdict</h2>{html_verdict(rows)}"
             f"<p class='note'>{escape(text)}</p><h2>Without attack (all forget rows)</h2><table><thead><tr>"
             f"<th>model</th><th>K (direct)</th><th>answer prob</th></tr></thead><tbody>{base_html}</tbody></table>"
-            + (f"<h2>Notes</h2><ul>{''.join(f'<li>{escape(n)}</li>' for n in notes)}</ul>" if notes else "")
-            + "</body></html>\n")
+            + (f"<h2>Notes</h2><ul>{''.join(f'<li>{escape(n)}</li>' for n in notes)}</ul>" if notes else ""))
+    html = page("obliviate audit", body, meta)
     (out / "report.html").write_text(html, encoding="utf-8")

@@ -9,10 +9,8 @@ from typing import Any, Iterable, Mapping
 from obliviate.errors import ObliviateError
 from obliviate.eval.metrics import fmt, metric_infos
 from obliviate.report.markdown import GEOMETRY, columns, geometry_rows, metric_label
+from obliviate.report.page import page
 from obliviate.report.plots import figures, png_base64
-from obliviate.resources import stylesheet
-
-CSS = stylesheet()
 
 NOTE = ("Forget quality: KS-test p-value of forget truth ratios against the retain model (TOFU). "
         "Model utility: harmonic mean of 9 numbers on retain, real authors, world facts. "
@@ -175,10 +173,7 @@ def render_html(results: Mapping[str, Any], title: str = "obliviate report") -> 
     body = "".join(section(results) for section in (headline_section, plots_section, geometry_section,
                                                      analysis_section, samples_section, all_metrics_section,
                                                      notes_section))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1><p class=\"meta\">{escape(meta)}</p>"
-            f"{body}</body></html>\n")
+    return page(title, body, meta)
 
 
 def write_html(path: str | Path, results: Mapping[str, Any], title: str = "obliviate report") -> None:

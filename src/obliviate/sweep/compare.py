@@ -12,7 +12,6 @@ directories (results.json: every method of the run) and unlearn run directories 
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import math
 import statistics
@@ -384,42 +383,6 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
     return "\n".join(lines) + "\n", summary, figs
 
 
-def _html(markdown: str, figs: Sequence[tuple[str, Any]]) -> str:
-    """A self-contained HTML page: the Markdown's tables as HTML tables, the figures embedded."""
-    from obliviate.report.plots import png_base64
-
-    body, table = [], []
-
-    def flush() -> None:
-        if table:
-            rows = [r.strip("|").split("|") for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
-            head, *rest = rows
-            body.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>" for c in head) + "</tr>"
-                        + "".join("<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in r) + "</tr>"
-                                  for r in rest) + "</table>")
-            table.clear()
-
-    images = dict(figs)
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.startswith("![") and line[line.index("(") + 1:-1] in images:
-            body.append(f'<img alt="{line[2:line.index("]")]}" src="data:image/png;base64,'
-                        f'{png_base64(images[line[line.index("(") + 1:-1]], close=False)}">')
-        elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}")
-    return f"<!doctype html><meta charset='utf-8'><title>obliviate compare</title><style>{style}</style>" \
-           + "\n".join(body)
-
-
 def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95) -> Path:
     """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
     check_level(level)
@@ -431,12 +394,14 @@ def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any
         raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
     text, summary, figs = build_report(coll, level)
     out.mkdir(parents=True, exist_ok=True)
-    page = _html(text, figs)
+    from obliviate.report.page import markdown_body, page
+
+    html_page = page("obliviate compare", markdown_body(text, dict(figs)))
     for name, fig in figs:
         tmp = out / f".{name}.tmp"
         tmp.write_bytes(png_bytes(fig))
         tmp.replace(out / name)
-    for name, content in (("report.md", text), ("report.html", page)):
+    for name, content in (("report.md", text), ("report.html", html_page)):
         tmp = out / f".{name}.tmp"
         tmp.write_text(content, encoding="utf-8")
         tmp.replace(out / name)
