@@ -21,7 +21,7 @@ STARTS = 4  # windows start at layers spread from 0 to 30 - width: 12 windows
 def main(out: Path) -> int:
     from obliviate.cli import main as cli
     from obliviate.config import load_config
-    from obliviate.demos.knowledge import KnowledgeDemoConfig, probe_and_split, probe_facts, write_groups
+    from obliviate.setups.knowledge import KnowledgeDemoConfig, probe_and_split, probe_facts, write_groups
     from obliviate.train.student import load_model
 
     cfg = load_config(KnowledgeDemoConfig, Path("configs/demo_real.yaml"))

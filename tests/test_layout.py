@@ -33,6 +33,13 @@ def test_the_command_line_is_the_top_floor_and_errors_the_bottom():
     assert "errors" in s["by_floor"][1]
 
 
+def test_only_the_command_line_imports_the_demos():
+    """Library code (sweeps, evaluation, …) never depends on a demo: what both run on lives in `setups`."""
+    lay = layout.read_layout()
+    importers = {lay.room_of(e.src) for e in lay.edges if lay.room_of(e.dst) == "demos"} - {"demos"}
+    assert importers == {"cli"}, importers
+
+
 def test_deferred_and_private_imports_are_seen(tmp_path, monkeypatch):
     pkg = tmp_path / "src" / "obliviate"
     (pkg / "sub").mkdir(parents=True)

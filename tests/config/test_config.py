@@ -2,8 +2,8 @@
 import pytest
 
 from obliviate.config import RunConfig, apply_overrides, load_config
-from obliviate.demos.offline import DemoConfig
 from obliviate.errors import ConfigError
+from obliviate.setups.world import DemoConfig
 
 
 def test_overrides_parse_types_and_nested_sections():
@@ -95,7 +95,7 @@ def test_overrides_keep_the_order_of_mappings():
     """Methods run (and are tabled) in the YAML's order, with or without command-line overrides."""
     from pathlib import Path
 
-    from obliviate.demos.knowledge import KnowledgeDemoConfig
+    from obliviate.setups.knowledge import KnowledgeDemoConfig
 
     path = Path(__file__).resolve().parents[2] / "configs" / "demo_real.yaml"
     plain = list(load_config(KnowledgeDemoConfig, path).methods)

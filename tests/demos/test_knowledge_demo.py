@@ -7,8 +7,9 @@ import json
 import pytest
 
 from obliviate.config import load_config
-from obliviate.demos.knowledge import KnowledgeDemoConfig, run_knowledge_demo
+from obliviate.demos.knowledge import run_knowledge_demo
 from obliviate.errors import ObliviateError
+from obliviate.setups.knowledge import KnowledgeDemoConfig
 
 
 def _cfg(model_dir, facts_file, out, **over):

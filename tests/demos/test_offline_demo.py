@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from obliviate.demos.offline import AVX2_KERNELS, demo_claims
+from obliviate.demos.offline import demo_claims
+from obliviate.setups.world import AVX2_KERNELS
 
 
 def _runs(**over):
@@ -65,7 +66,7 @@ def test_claims_about_models_the_run_lacks_are_left_out():
 
 
 def test_the_pin_sets_avx2_kernels_before_torch_loads_and_keeps_the_users_own():
-    code = ("import json, os; from obliviate.demos.offline import pin_cpu_kernels; ok = pin_cpu_kernels(); import torch; "
+    code = ("import json, os; from obliviate.setups.world import pin_cpu_kernels; ok = pin_cpu_kernels(); import torch; "
             "print(json.dumps([ok, torch.backends.cpu.get_cpu_capability(), {k: os.environ.get(k) for k in "
             "('ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'DNNL_MAX_CPU_ISA')}]))")
     env = {k: v for k, v in __import__("os").environ.items() if k not in AVX2_KERNELS}
@@ -84,7 +85,7 @@ def test_the_pin_sets_avx2_kernels_before_torch_loads_and_keeps_the_users_own():
 def test_the_pin_cannot_act_once_torch_is_loaded(monkeypatch):
     import torch  # noqa: F401  (loaded, as in this test process)
 
-    from obliviate.demos.offline import pin_cpu_kernels
+    from obliviate.setups.world import pin_cpu_kernels
 
     for key in AVX2_KERNELS:
         monkeypatch.delenv(key, raising=False)
@@ -98,7 +99,8 @@ def test_the_pin_cannot_act_once_torch_is_loaded(monkeypatch):
     ("my-org/base-7b", "my-org/base-7b", None),  # a hub id not in the cache: its licence is unknown here
 ])
 def test_the_demo_cards_declare_the_base_model_the_demo_started_from(base, declared, licence):
-    from obliviate.demos.offline import DemoConfig, card_base
+    from obliviate.demos.offline import card_base
+    from obliviate.setups.world import DemoConfig
 
     facts = card_base(DemoConfig(base_model=base))
     assert (facts.base_model, facts.license) == (declared, licence)

@@ -31,10 +31,10 @@ def config_class(command: str, config_file: str | None = None) -> type:
     if command == "demo":
         kind = config.read_yaml(config_file).get("kind") if config_file else None
         if kind == "knowledge":
-            from obliviate.demos.knowledge import KnowledgeDemoConfig
+            from obliviate.setups.knowledge import KnowledgeDemoConfig
 
             return KnowledgeDemoConfig
-        from obliviate.demos.offline import DemoConfig
+        from obliviate.setups.world import DemoConfig
 
         return DemoConfig
     if command == "sweep":

@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg is None:
         return 0
     if getattr(cfg, "cpu_kernels", None) == "avx2":  # before torch loads
-        from obliviate.demos.offline import pin_cpu_kernels
+        from obliviate.setups.world import pin_cpu_kernels
 
         pin_cpu_kernels()
     configured.quiet_libraries()

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
 def validation_lines(cfg: Any) -> list[str]:
     """The pre-flight of the command that `cfg` configures (unlearn, finetune, eval, calibrate, either demo),
     without its output-directory checks: what that command would reject before any weights load."""
-    from obliviate.demos.knowledge import KnowledgeDemoConfig, preflight_knowledge
-    from obliviate.demos.offline import DemoConfig, preflight_demo
+    from obliviate.setups.knowledge import KnowledgeDemoConfig, preflight_knowledge
+    from obliviate.setups.world import DemoConfig, preflight_demo
 
     if isinstance(cfg, RunConfig):
         return preflight_unlearn(cfg, need_output=False).lines

@@ -97,8 +97,8 @@ def detect_kind(raw: Mapping[str, Any]) -> str:
 def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
     from obliviate.config import RunConfig
-    from obliviate.demos.knowledge import KnowledgeDemoConfig
-    from obliviate.demos.offline import DemoConfig
+    from obliviate.setups.knowledge import KnowledgeDemoConfig
+    from obliviate.setups.world import DemoConfig
 
     if not path:
         raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
@@ -240,14 +240,14 @@ class KnowledgeTrack(Track):
         return out
 
     def check(self) -> list[str]:
-        from obliviate.demos.knowledge import preflight_knowledge
+        from obliviate.setups.knowledge import preflight_knowledge
 
         self._facts, lines = preflight_knowledge(self.cfg, need_output=False)
         return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
         from obliviate.config import LoraSettings
-        from obliviate.demos.knowledge import probe_and_split
+        from obliviate.setups.knowledge import probe_and_split
         from obliviate.train.student import load_model
 
         cfg = self.cfg
@@ -392,13 +392,13 @@ class DemoTrack(TofuTrack):
     defaults = DEMO_DEFAULTS
 
     def check(self) -> list[str]:
-        from obliviate.demos.offline import preflight_demo
+        from obliviate.setups.world import preflight_demo
 
         return [line for line in preflight_demo(self.cfg, need_output=False) if not line.startswith("method ")]
 
     def prepare(self, log: Log) -> None:
-        from obliviate.demos.offline import eval_config, world_models
         from obliviate.eval.runner import load_eval_splits
+        from obliviate.setups.world import eval_config, world_models
 
         world, world_dir, self.tok, self.model, retain_model = world_models(self.cfg, self.workdir / "base", log)
         p = self.cfg.world.forget_percent
