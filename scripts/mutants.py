@@ -525,7 +525,22 @@ MUTANTS: list[Mutant] = [
     Mutant("demo: every card carries the first model's metrics", "demos/offline.py",
            '{"eval": runs[name]["metrics"], "history"', '{"eval": next(iter(runs.values()))["metrics"], "history"',
            ("tests/test_readme.py::test_readme_command_runs[obliviate demo]",)),
-
+    # one HTML page for every report; plugin benchmarks' own settings
+    Mutant("page: the separator row of a table kept as a data row", "report/page.py",
+           'if not set(r.replace("|", "").strip()) <= {"-", ":"}]', "]", ("tests/report/test_page.py",)),
+    Mutant("page: every level-1 heading dropped, not only the title", "report/page.py",
+           "            if level == 1 and skip_title:\n                skip_title = False",
+           "            if level == 1:\n                skip_title = False", ("tests/report/test_page.py",)),
+    Mutant("page: a figure embedded whatever its name", "report/page.py",
+           "and line[line.index(\"](\") + 2:-1] in images:", "and images:", ("tests/report/test_page.py",)),
+    Mutant("benchmark: a plugin's own settings read from nowhere", "eval/benchmarks.py",
+           "cfg.sections.get(self.section) or {}", "{}", ("tests/test_plugins.py",)),
+    Mutant("eval pre-flight: settings of no registered benchmark accepted", "preflight.py",
+           "    if unknown:\n        raise ConfigError(f\"sections:", "    if False:\n        raise ConfigError(f\"sections:",
+           ("tests/test_plugins.py",)),
+    Mutant("layout: a sweep takes the world's models from the demo", "sweep/tracks.py",
+           "from obliviate.setups.world import eval_config, world_models",
+           "from obliviate.demos.offline import eval_config, world_models", ("tests/test_layout.py",)),
 ]
 
 

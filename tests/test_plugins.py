@@ -143,14 +143,23 @@ def test_a_rule_with_a_setting_and_a_metric_each_need_one_place(tmp_path, monkey
 BENCH = textwrap.dedent('''
     """A user's benchmark: registered once, it is a choice of `obliviate eval`, its pre-flight runs and its metrics
     are declared where they are computed."""
-    from obliviate.eval.benchmarks import BenchmarkSpec, register_benchmark
+    from dataclasses import dataclass
+
+    from obliviate.eval.benchmarks import BENCHMARKS, BenchmarkSpec, register_benchmark
     from obliviate.eval.metrics import MetricInfo, register
 
     register("toy_bench", {"toy_rows": MetricInfo("toy_rows", True, 1, "rows of the toy data")})
 
 
+    @dataclass(frozen=True)
+    class ToySettings:
+        source: str = ""
+        repeat: int = 1
+
+
     def preflight(cfg):
-        rows = [ln for ln in open(cfg.mcq.source, encoding="utf-8").read().splitlines() if ln.strip()]
+        toy = BENCHMARKS.get("toy").settings(cfg)
+        rows = [ln for ln in open(toy.source, encoding="utf-8").read().splitlines() if ln.strip()] * toy.repeat
         return rows, [f"toy rows: {len(rows)}"]
 
 
@@ -158,8 +167,9 @@ BENCH = textwrap.dedent('''
         return {"eval": {"toy_rows": float(len(rows)), "toy_vocab": tokenizer.vocab_size > 0}}
 
 
-    register_benchmark(BenchmarkSpec("toy", "mcq", run="my_bench:run", preflight="my_bench:preflight",
-                                     help="a toy benchmark (mcq.source: a text file)"))
+    register_benchmark(BenchmarkSpec("toy", "toy", run="my_bench:run", preflight="my_bench:preflight",
+                                     settings_class="my_bench:ToySettings",
+                                     help="a toy benchmark (sections.toy.source: a text file)"))
 ''')
 
 
@@ -167,7 +177,7 @@ def test_a_benchmark_registered_in_one_module_is_a_choice_checked_and_run(tmp_pa
     """docs/DESIGN.md's table: a benchmark is one registration (eval/benchmarks.py or a plugin module); the CLI's
     choices, the dispatch and the pre-flight (validate) derive from it."""
     from obliviate.cli import main
-    from obliviate.eval.benchmarks import BENCHMARKS
+    from obliviate.eval.benchmarks import BENCHMARKS, BenchmarkSpec, register_benchmark
 
     install(tmp_path, monkeypatch, "my-bench", "bench", "my_bench", BENCH)
     from obliviate import registry
@@ -177,15 +187,24 @@ def test_a_benchmark_registered_in_one_module_is_a_choice_checked_and_run(tmp_pa
     data.write_text("a\nb\nc\n", encoding="utf-8")
     try:
         assert "toy" in BENCHMARKS.names()
-        assert main(["validate", "--as", "eval", "benchmark=toy", f"model.path={model_dir}", f"mcq.source={data}"]) == 0
-        assert "toy rows: 3" in capsys.readouterr().out  # the benchmark's own pre-flight
-        args = ["--benchmark", "toy", "--model", str(model_dir), f"mcq.source={data}"]
+        own = f"sections={{toy: {{source: {data}, repeat: 2}}}}"  # its own settings section, checked by its class
+        assert main(["validate", "--as", "eval", "benchmark=toy", f"model.path={model_dir}", own]) == 0
+        assert "toy rows: 6" in capsys.readouterr().out  # the benchmark's own pre-flight
+        args = ["--benchmark", "toy", "--model", str(model_dir), own]
         assert main(["eval", *args, "--out", str(tmp_path / "out")]) == 0
         got = json.loads((tmp_path / "out" / "metrics.json").read_text())
-        assert got["benchmark"] == "toy" and got["eval"]["toy_rows"] == 3.0 and got["eval"]["toy_vocab"] is True
+        assert got["benchmark"] == "toy" and got["eval"]["toy_rows"] == 6.0 and got["eval"]["toy_vocab"] is True
+        bad = f"sections={{toy: {{source: {data}, repat: 2}}}}"
+        assert main(["eval", "--benchmark", "toy", "--model", str(model_dir), bad, "--out", str(tmp_path / "y")]) == 2
+        assert "sections.toy.repat" in capsys.readouterr().err and not (tmp_path / "y").exists()
+        stray = f"sections={{toxic: {{source: {data}}}}}"
+        assert main(["eval", "--benchmark", "toy", "--model", str(model_dir), stray, "--out", str(tmp_path / "y")]) == 2
+        assert "sections: ['toxic'] belong to no registered benchmark; valid: ['toy']" in capsys.readouterr().err
         assert main(["eval", "--benchmark", "nope", "--model", str(model_dir), "--out", str(tmp_path / "x")]) == 2
         assert "unknown benchmark 'nope'; valid names: mcq, muse, rwku, tofu, toy" in capsys.readouterr().err
         assert not (tmp_path / "x").exists()
+        with pytest.raises(ValueError, match="section 'toxic' is not one of the eval config's sections"):
+            register_benchmark(BenchmarkSpec("toxic", "toxic", run="my_bench:run"))
     finally:
         BENCHMARKS._items.pop("toy", None)
         metrics._TABLES.pop("toy_bench", None)

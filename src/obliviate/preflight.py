@@ -388,9 +388,13 @@ def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
 def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[Any, list[str]]:
     """Checks of `obliviate eval` before the model loads: (what the benchmark's run reuses, e.g. TOFU's splits;
     lines for `validate`)."""
-    from obliviate.eval.benchmarks import BENCHMARKS, resolve
+    from obliviate.eval.benchmarks import BENCHMARKS, own_sections, resolve
 
     spec = BENCHMARKS.get(cfg.benchmark)  # an unknown name lists the registered ones
+    unknown = sorted(set(cfg.sections) - set(own_sections()))
+    if unknown:
+        raise ConfigError(f"sections: {unknown} belong to no registered benchmark; valid: {sorted(own_sections())} "
+                          "(a benchmark's settings section is named by its registration)")
     inputs = eval_inputs(cfg)
     if need_output or cfg.output_dir:
         check_output_dir(need(cfg.output_dir, "output_dir", "runs/eval"), cfg.overwrite, inputs)

@@ -125,6 +125,8 @@ class EvalRunConfig:
     muse: MuseEvalConfig = section(MuseEvalConfig(), "MUSE settings")
     mcq: McqEvalConfig = section(McqEvalConfig(), "multiple choice (WMDP / MMLU) settings")
     rwku: RwkuEvalConfig = section(RwkuEvalConfig(), "RWKU settings")
+    sections: dict = setting({}, "settings of benchmarks that bring their own settings class (plugins), by section "
+                                 "name, e.g. {toxicity: {threshold: 0.5}}; checked against that class")
     max_length: int = setting(256, "max tokens per example for likelihoods")
     output_dir: str = setting("", "where metrics.json and report.md are written")
     overwrite: bool = setting(False, "replace an existing output_dir")

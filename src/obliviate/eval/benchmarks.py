@@ -9,8 +9,10 @@ torch. No torch here.
     preflight(cfg)                      -> (state, lines)   before any model loads: checks, and what `run` reuses
     run(model, tokenizer, cfg, state)   -> metrics           the metrics dict written to metrics.json
 
-Adding a benchmark: its settings section (config/commands.py, a field of EvalRunConfig), its functions, its metric
-table (eval.metrics.register in the module that computes them), and one `register_benchmark` here or in a plugin.
+Adding a benchmark: its functions, its metric table (eval.metrics.register in the module that computes them), and one
+`register_benchmark` here or in a plugin. Its settings are either a section of EvalRunConfig (the built-in ones) or a
+dataclass it names itself (`settings_class`, a plugin's), which users fill under `sections.<section>` of the eval
+config and which is checked like any other section (unknown keys and wrong types are errors naming the key).
 """
 from __future__ import annotations
 
@@ -26,16 +28,22 @@ class BenchmarkSpec:
     """One evaluation benchmark and what the command needs to know about it."""
 
     name: str
-    section: str  # the EvalRunConfig attribute holding its settings ("eval" for TOFU)
+    section: str  # the EvalRunConfig attribute holding its settings ("eval" for TOFU), or its key under `sections`
     run: str  # "module:function"(model, tokenizer, cfg, state) -> the metrics dict
     preflight: str | None = None  # "module:function"(cfg) -> (state, lines for validate); None: nothing to check
     inputs: tuple[str, ...] = ("source",)  # keys of its section that are paths (or hub ids) it reads
     models: tuple[str, ...] = ()  # keys of its section that are model sources it loads (checked before loading)
     help: str = ""
+    settings_class: str | None = None  # "module:Class", a config dataclass: settings read from `sections.<section>`
 
     def settings(self, cfg: Any) -> Any:
-        """The benchmark's settings section of an eval config."""
-        return getattr(cfg, self.section)
+        """The benchmark's settings section of an eval config (built and checked from `sections.<section>` when the
+        benchmark brings its own settings class)."""
+        if self.settings_class is None:
+            return getattr(cfg, self.section)
+        from obliviate.config import build
+
+        return build(resolve(self.settings_class), cfg.sections.get(self.section) or {}, f"sections.{self.section}.")
 
     def input_paths(self, cfg: Any) -> dict[str, Any]:
         """{section.key: value} of every path it reads (None where unset)."""
@@ -47,8 +55,25 @@ BENCHMARKS: Registry[BenchmarkSpec] = Registry("benchmark")
 
 
 def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
-    """Register `spec` under its name (unique, lowercase); returns it."""
+    """Register `spec` under its name (unique, lowercase); returns it. A benchmark without a settings class must name
+    one of EvalRunConfig's sections."""
+    if spec.settings_class is None:
+        import dataclasses
+        import typing
+
+        from obliviate.config import EvalRunConfig
+
+        own = sorted(k for k, tp in typing.get_type_hints(EvalRunConfig).items()
+                     if dataclasses.is_dataclass(tp) and k != "model")
+        if spec.section not in own:
+            raise ValueError(f"benchmark {spec.name!r}: section {spec.section!r} is not one of the eval config's "
+                             f"sections {own}; give the benchmark its own settings_class='module:Class'")
     return BENCHMARKS.add(spec.name, spec)
+
+
+def own_sections() -> dict[str, str]:
+    """{section: benchmark name} of the registered benchmarks that bring their own settings class (`sections.*`)."""
+    return {BENCHMARKS.get(n).section: n for n in BENCHMARKS.names() if BENCHMARKS.get(n).settings_class}
 
 
 def resolve(ref: str) -> Callable[..., Any]:
