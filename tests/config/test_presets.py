@@ -86,6 +86,30 @@ def test_every_sweep_passes_its_whole_check(path: Path, monkeypatch) -> None:
     assert len(plan.methods) >= 3 and plan.dims and plan.objectives
 
 
+def test_the_tofu20_sweep_starts_each_method_at_its_preset() -> None:
+    """configs/sweep/smollm2_tofu20.yaml: each method's section, and the base's training settings with the method's
+    own `train`, are those of its preset in configs/tofu/smollm2/ (the authors' recipe scaled to SmolLM2), so the
+    sweep's first trial of each method (start_at_recipe) is that preset."""
+    from obliviate.config import MethodConfig, TrainConfig, build, to_dict
+    from obliviate.config.loader import read_yaml
+
+    sweep = read_yaml(CONFIGS / "sweep" / "smollm2_tofu20.yaml")
+    assert sweep["start_at_recipe"] is True
+    base = read_yaml(ROOT / sweep["base"])
+    presets = {"ASU_KL": "asu_kl", "ASU_GD": "asu_gd", "GradDiff": "graddiff", "NPO": "npo", "NPO+SAGO": "npo_sago",
+               "SimNPO": "simnpo", "SimNPO+SAGO": "simnpo_sago", "IdkDPO": "idk_dpo", "RMU": "rmu"}
+    assert set(sweep["methods"]) == set(presets)
+    for name, file in presets.items():
+        preset = read_yaml(CONFIGS / "tofu" / "smollm2" / f"{file}.yaml")
+        raw = dict(sweep["methods"][name])
+        own = raw.pop("train", {})
+        assert to_dict(build(MethodConfig, raw)) == to_dict(build(MethodConfig, preset["method"])), name
+        train = {**base["train"], **sweep["set"].get("train", {}), **own}
+        assert to_dict(build(TrainConfig, train)) == to_dict(build(TrainConfig, preset["train"])), name
+        assert {k: v for k, v in preset.items() if k not in ("method", "train", "output_dir")} == \
+            {k: v for k, v in base.items() if k not in ("method", "train", "output_dir")}, name
+
+
 @pytest.mark.parametrize("target", GENERATED)
 def test_generated_presets_cite_a_source_and_are_current(target: str, tmp_path: Path) -> None:
     _make_presets().main(tmp_path)

@@ -383,3 +383,67 @@ def test_selection_never_reads_the_held_out_rows(base_file, tmp_path, monkeypatc
         for (trials, summary) in runs.values():
             report = trials[number].user_attrs["report"]["metrics"]
             assert summary["methods"]["GA"]["interval"]["estimate"] == pytest.approx(report["forget_score"])
+
+
+def test_each_method_starts_at_its_recipe_and_the_report_shows_it(base_file, tmp_path):
+    """start_at_recipe: every study's first trial is the base's settings (lr 1e-3 here), marked, and the
+    comparison has a row per method at its recipe with its interval over rows."""
+    out = tmp_path / "sw"
+    res = run_sweep(_cfg(base_file, out, start_at_recipe=True), log=lambda s: None)
+    assert res["outcomes"] == {"complete": 4}
+    for method in ("GradDiff", "NPO"):
+        study, trials = _trials(out, method)
+        assert trials[0].user_attrs["recipe"] is True and trials[0].params == {"train.lr": 1e-3}
+        assert study.user_attrs["recipe"] == {"train.lr": 1e-3}
+        assert "recipe" not in trials[1].user_attrs and trials[1].params["train.lr"] != 1e-3
+    summary = json.loads((out / "compare.json").read_text())
+    assert set(summary["recipes"]) == {"GradDiff", "NPO"}
+    npo = summary["recipes"]["NPO"]
+    assert npo["trial"] == "NPO #0" and npo["params"] == {"train.lr": 1e-3} and npo["interval"]["rows"] > 0
+    assert npo["interval"]["seeds"] == 1
+    report = (out / "report.md").read_text()
+    assert report.index("## Each method at its recipe") < report.index("## Best at matched utility")
+    assert "| NPO | NPO #0 |" in report
+    again = run_sweep(_cfg(base_file, out, start_at_recipe=True, trials=3), log=lambda s: None)
+    assert again["ran"] == 2  # one more trial each; the recipe is not enqueued a second time
+    assert sum(bool(t.user_attrs.get("recipe")) for t in _trials(out, "NPO")[1]) == 1
+    with pytest.raises(ObliviateError, match="start_at_recipe"):
+        _cfg(base_file, out, start_at_recipe=True, sampler="grid")
+    with pytest.raises(ObliviateError, match=r"space.train.lr: the recipe of GradDiff sets 0.001, outside"):
+        plan_sweep(_cfg(base_file, tmp_path / "x", start_at_recipe=True,
+                        space={"train.lr": {"float": [1e-5, 1e-4], "log": True}}))
+
+
+def test_a_method_may_bring_its_own_training_settings(base_file, tmp_path):
+    """methods.<name>.train: that method's training settings over the base's (its authors' epochs or steps); its
+    trials and its recipe use them, the other methods keep the base's."""
+    methods = {"GradDiff": {"forget": "ga", "retain": "nll", "train": {"max_steps": 2, "lr": 5e-3}},
+               "NPO": {"forget": "npo", "retain": "nll"}}
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods=methods, start_at_recipe=True, trials=1)
+    plan = plan_sweep(cfg)
+    assert (plan.trains["GradDiff"].max_steps, plan.trains["GradDiff"].lr) == (2, 5e-3)
+    assert (plan.trains["NPO"].max_steps, plan.trains["NPO"].lr) == (4, 1e-3)
+    assert plan.recipes == {"GradDiff": {"train.lr": 5e-3}, "NPO": {"train.lr": 1e-3}}
+    run_sweep(cfg, log=lambda s: None)
+    assert [t.user_attrs["steps"] for t in _trials(out, "GradDiff")[1]] == [2]
+    assert [t.user_attrs["steps"] for t in _trials(out, "NPO")[1]] == [4]
+    with pytest.raises(ObliviateError, match=r"methods.NPO.train: expected a mapping"):
+        plan_sweep(_cfg(base_file, tmp_path / "x", methods={"NPO": {"forget": "npo", "train": 3}}))
+    with pytest.raises(ObliviateError, match=r"methods.NPO.train.epoch"):
+        plan_sweep(_cfg(base_file, tmp_path / "x", methods={"NPO": {"forget": "npo", "train": {"epoch": 3}}}))
+
+
+def test_a_sweep_recorded_before_a_key_existed_is_still_the_same_sweep(base_file, tmp_path):
+    """Keys added to SweepConfig later, at their defaults, do not make an older sweep directory "another sweep"."""
+    from obliviate.sweep.run import prepare_output
+
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out)
+    assert prepare_output(cfg) is False
+    saved = yaml.safe_load((out / "sweep.yaml").read_text())
+    del saved["start_at_recipe"]
+    (out / "sweep.yaml").write_text(yaml.safe_dump(saved))
+    assert prepare_output(cfg) is True
+    with pytest.raises(ObliviateError, match="holds another sweep"):
+        prepare_output(_cfg(base_file, out, start_at_recipe=True))

@@ -159,3 +159,47 @@ def test_teacher_map_dimensions_refuse_what_cannot_work(case, message, tmp_path)
     spec = {"teacher_map": str(path)} if case == "all_methods" else {"teacher_map": str(path), "methods": ["ASU"]}
     with pytest.raises(ConfigError, match=message):
         parse_space({key: spec}, methods, TrainConfig())
+
+
+def test_a_methods_recipe_is_a_point_of_the_space():
+    """start_at_recipe: each space key takes the value the method's own section (or the base's training settings,
+    or the objective's default) gives it; choices go to Optuna as their labels."""
+    from obliviate.sweep.space import recipe_point
+
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.3, "layers": None}, "retain": "kl", "alpha": 0.5},
+               "NPO": {"forget": "npo", "retain": "nll", "combine": {"rule": "gru"}}}
+    space = {"train.lr": {"float": [1e-5, 1e-3], "log": True}, "train.epochs": {"choices": [2, 5]},
+             "method.alpha": {"float": [0.3, 3.0]},
+             "method.forget_args.tau": {"float": [2.0, 8.0], "methods": ["ASU"]},
+             "method.forget_args.layers": {"choices": [None, [6, 7]], "methods": ["ASU"]},
+             "method.forget_args.beta": {"float": [0.05, 0.5], "methods": ["NPO"]},
+             "method.combine.args.gru_gamma": {"float": [0.5, 0.99], "methods": ["NPO"]}}
+    train = TrainConfig(lr=2e-4, epochs=5)
+    dims = parse_space(space, methods, train)
+    assert recipe_point(dims, methods["ASU"], train, "ASU") == {
+        "train.lr": 2e-4, "train.epochs": 5, "method.alpha": 0.5, "method.forget_args.tau": 2.3,
+        "method.forget_args.layers": None}
+    npo = recipe_point(dims, methods["NPO"], train, "NPO")  # beta and gru_gamma: the objective's and rule's defaults
+    assert npo == {"train.lr": 2e-4, "train.epochs": 5, "method.alpha": 1.0, "method.forget_args.beta": 0.1,
+                   "method.combine.args.gru_gamma": 0.8}
+    layered = {**methods, "ASU": {**methods["ASU"], "forget_args": {"tau": 2.3, "layers": [6, 7]}}}
+    assert recipe_point(dims, layered["ASU"], train, "ASU")["method.forget_args.layers"] == "[6, 7]"  # its label
+    for where, bad in (("train", TrainConfig(lr=1e-2, epochs=5)), ("method", TrainConfig(lr=2e-4, epochs=3))):
+        key = "train.lr" if where == "train" else "train.epochs"
+        with pytest.raises(ConfigError, match=f"space.{key}: the recipe of NPO sets .* outside .*widen the space"):
+            recipe_point(dims, methods["NPO"], bad, "NPO")
+    with pytest.raises(ConfigError, match=r"space.method.alpha: the recipe of ASU sets 0.2, outside \[0.3, 3.0\]"):
+        recipe_point(dims, {**methods["ASU"], "alpha": 0.2}, train, "ASU")
+
+
+def test_a_recipe_on_a_teacher_map_is_one_of_its_points(tmp_path):
+    from obliviate.sweep.space import recipe_point
+
+    path = _map(tmp_path, [(4.0, [1], True), (2.3, None, True)])
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.3, "layers": None}, "retain": "kl"}}
+    dims = parse_space({"method.forget_args": {"teacher_map": str(path)}}, methods, TrainConfig())
+    assert recipe_point(dims, methods["ASU"], TrainConfig(), "ASU") == {
+        "method.forget_args": json.dumps({"tau": 2.3, "layers": None})}
+    with pytest.raises(ConfigError, match="outside the choices"):
+        recipe_point(dims, {"forget": "asu", "forget_args": {"tau": 3.0, "layers": None}, "retain": "kl"},
+                     TrainConfig(), "ASU")

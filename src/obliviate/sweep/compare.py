@@ -43,6 +43,7 @@ class Point:
     note: str = ""
     rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (eval/intervals.py)
     report: dict[str, Any] | None = None  # {metrics, rows} on held-out rows selection never read (eval/heldout.py)
+    recipe: bool = False  # the method's recipe, its study's first trial (sweep start_at_recipe)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
             points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
-                                dict(ua.get("rows", {})), ua.get("report")))
+                                dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe"))))
     return Collection(points, original, kind, cfg, original_report)
 
 
@@ -291,6 +292,31 @@ def intervals(coll: Collection, bar: Bar, bests: Sequence[Best], level: float) -
             for b in bests if b.point is not None}
 
 
+def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: float) -> tuple[list[str], dict]:
+    """Markdown lines and summary of each method at its recipe (the trials a sweep with start_at_recipe ran first):
+    its metrics, bar.forget with its interval over rows (one seed) on the verdict's rows, and whether it passes the
+    bar; nothing when no trial is a recipe."""
+    recipes = [p for p in coll.points if p.recipe and p.state == "complete"]
+    if not recipes:
+        return [], {}
+    derive = with_forget_score if coll.kind == "knowledge" else None
+    lines = ["## Each method at its recipe", "", "The first trial of each study: the base config with the method's "
+             "own section (for presets taken from the papers, the authors' recipe scaled to this model).", "",
+             f"| method | trial | forget | utility | fluency | {bar.forget.text} | {level:.0%} interval (rows) | "
+             "passes the bar | settings |", "|---|---|---|---|---|---|---|---|---|"]
+    summary = {}
+    for p in recipes:
+        iv = bootstrap(bar.forget, [judged(p)], level=level, derive=derive)
+        ok = bar.passes(p.metrics, coll.original)
+        m = p.metrics
+        lines.append(f"| {p.method} | {p.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
+                     f"{_fmt(axes['fluency'](m))} | {_fmt(iv.estimate)} | {_interval(iv)} | {'yes' if ok else 'no'} | "
+                     f"{_params(p)} |")
+        summary[p.method] = {"trial": p.name, "params": p.params, "metrics": p.metrics, "passes": ok,
+                             "interval": dataclasses.asdict(iv)}
+    return lines + [""], summary
+
+
 def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
     """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence."""
     bar, axes = _scales(coll)
@@ -308,11 +334,14 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
     for m in methods:
         states = [p.state for p in coll.points if p.method == m]
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
-    lines += ["", "## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
+    recipe_lines, recipes = recipe_section(coll, bar, axes, level)
+    lines += [""] + recipe_lines
+    lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {}}
+    summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {},
+                               "recipes": recipes}
     for b in bests:
         if b.point is None:
             from obliviate.eval.score import nearest_to_bar

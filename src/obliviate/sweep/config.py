@@ -14,8 +14,9 @@ class SweepConfig:
     base: str = setting("", "the run config trials start from: an unlearn config, a synthetic demo config (configs/demo.yaml) "
                        "or a knowledge demo config (kind: knowledge, configs/demo_real.yaml)")
     set: dict = setting({}, "overrides of the base config, key.sub: value (e.g. {knowledge.max_per_family: 5, audit: false})")
-    methods: dict = setting({}, "name -> method section (forget, forget_args, retain, ...); empty: the base's methods "
-                           "(an unlearn config: its one method)")
+    methods: dict = setting({}, "name -> method section (forget, forget_args, retain, ...; and `train`: that method's "
+                                "own training settings over the base's, e.g. its authors' epochs); empty: the base's "
+                                "methods (an unlearn config: its one method)")
     space: dict = setting({}, "search space: key -> {float: [low, high], log: true} | {int: [low, high]} | {choices: [...]}, "
                          "each optionally limited to some methods (methods: [names]); keys: seed, train.*, method.*, "
                          "method.forget_args.*, method.retain_args.* (the error for an unknown key lists them)")
@@ -24,6 +25,10 @@ class SweepConfig:
     trials: int = setting(8, "finished trials per method: every method gets the same number of trials and steps budget")
     sampler: str = setting("tpe", "tpe (Optuna's TPE; multi-objective with several objectives) | random | grid (every "
                              "combination of choices and stepped ranges; trials then at most the grid's size)")
+    start_at_recipe: bool = setting(False, "each method's first trial is its recipe: the base config with the method's "
+                                           "own section (the authors' recipe when the presets are theirs), so the "
+                                           "report shows that point and the search starts from it; every recipe "
+                                           "value must lie inside the space (tpe or random sampler)")
     seed: int = setting(0, "the sampler's seed (a trial's own seed is train.seed, or the `seed` dimension)")
     eval_every_steps: int | None = setting(None, "evaluate during each trial every N optimizer steps (and at its last step) "
                                             "on eval_rows rows per group: the curve is kept, `prune` reads it")
@@ -64,6 +69,8 @@ class SweepConfig:
                  self.eval_every_steps, ">= 1 or null")
         require(self.eval_rows >= 1, "eval_rows", self.eval_rows, ">= 1")
         require(self.repeats >= 0, "repeats", self.repeats, ">= 0")
+        require(not (self.start_at_recipe and self.sampler == "grid"), "start_at_recipe", self.start_at_recipe,
+                "false with sampler grid (a grid visits its own points; use tpe or random)")
         require(self.stale_after_s >= 1, "stale_after_s", self.stale_after_s, ">= 1")
         require(bool(self.study) and "/" not in self.study, "study", self.study, "a non-empty name without '/'")
         require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",

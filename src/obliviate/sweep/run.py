@@ -23,11 +23,11 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from obliviate.config import MethodConfig, build, to_dict
+from obliviate.config import MethodConfig, TrainConfig, build, to_dict
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.eval.score import Bar, Expr, parse_expr
 from obliviate.sweep.config import SweepConfig
-from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, trial_settings
+from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
 from obliviate.sweep.tracks import Track, load_base, make_track, parse_axes, parse_bar
 from obliviate.sweep.workers import WORKER, Heartbeat, counts, fail_stale, is_repeat, surplus
@@ -71,6 +71,8 @@ class SweepPlan:
     bar: Bar
     axes: dict[str, Expr]
     lines: list[str] = field(default_factory=list)
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its recipe's params (start_at_recipe)
+    trains: dict[str, Any] = field(default_factory=dict)  # method -> its TrainConfig: the base's with its own `train`
 
     def budget(self, method: str) -> int:
         if self.cfg.sampler == "grid":
@@ -113,6 +115,17 @@ def _prune_rules(raw: list, valid: set[str]) -> list[PruneRule]:
     return out
 
 
+def method_train(base: Any, own: Any, name: str) -> Any:
+    """A method's training settings: the base config's, with the method's own `train` mapping (e.g. its authors'
+    epochs) set over them; a trial's values are set over these."""
+    if own is None:
+        return base
+    if not isinstance(own, dict):
+        raise ConfigError(f"methods.{name}.train: expected a mapping of training settings (e.g. {{epochs: 5}}), got "
+                          f"{own!r}")
+    return build(TrainConfig, {**to_dict(base), **own}, f"methods.{name}.train.")
+
+
 def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     """Check the whole sweep without loading a model (also what `obliviate validate` would reject)."""
     from obliviate.train.unlearn import resolve_method
@@ -120,12 +133,15 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     kind, base = load_base(cfg.base, cfg.set)
     track = make_track(kind, base, Path(cfg.output_dir))
     lines = [f"base: {cfg.base} ({kind} track)"] + track.check()
-    methods = {str(k): dict(v or {}) for k, v in cfg.methods.items()} if cfg.methods else track.methods()
+    methods = {str(k): v for k, v in cfg.methods.items()} if cfg.methods else track.methods()
+    trains = {}
     for name, raw in methods.items():
         if not isinstance(raw, dict):
             raise ConfigError(f"methods.{name}: expected a method section (forget, retain, ...), got {raw!r}")
         if "/" in name:
             raise ConfigError(f"methods.{name}: a method name cannot contain '/'")
+        methods[name] = raw = dict(raw)
+        trains[name] = method_train(track.train, raw.pop("train", None), name)
         resolve_method(build(MethodConfig, raw, f"methods.{name}."))
     dims = parse_space(cfg.space, methods, track.train)
     if cfg.sampler == "grid":
@@ -134,7 +150,11 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
     valid = track.metric_names()
     objectives = _objectives(cfg.objectives, track.defaults.objectives, valid)
     plan = SweepPlan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid),
-                parse_bar(cfg.bar, track.defaults, valid), parse_axes(cfg.report, track.defaults, valid), lines)
+                parse_bar(cfg.bar, track.defaults, valid), parse_axes(cfg.report, track.defaults, valid), lines,
+                trains=trains)
+    if cfg.start_at_recipe:
+        plan.recipes = {m: recipe_point(dims, methods[m], trains[m], m) for m in methods}
+        plan.lines += [f"first trial of {m}: its recipe, {_describe(p)}" for m, p in plan.recipes.items()]
     plan.lines += [f"methods: {', '.join(methods)}; {', '.join(str(plan.budget(m)) for m in methods)} trials each "
                    f"({cfg.sampler})",
                    "space: " + ("; ".join(f"{d.key} ({d.kind}{' for ' + ','.join(d.methods) if d.methods else ''})"
@@ -153,6 +173,13 @@ def _saved_config(cfg: SweepConfig) -> dict[str, Any]:
     return {k: v for k, v in to_dict(cfg).items() if k not in _PER_WORKER}
 
 
+def as_recorded(previous: dict[str, Any]) -> dict[str, Any]:
+    """A sweep config recorded earlier (sweep.yaml, a study's attribute), per-worker keys left out and keys added
+    to SweepConfig since filled with their defaults: a sweep started before a new key existed is still the same."""
+    mine = {k: v for k, v in previous.items() if k not in _PER_WORKER}
+    return {**json.loads(json.dumps(_saved_config(SweepConfig()))), **mine}
+
+
 def prepare_output(cfg: SweepConfig) -> bool:
     """Create (or reuse, when it holds this very sweep) the output directory; True when resuming."""
     from obliviate.files import check_output_dir, remove_path
@@ -162,7 +189,7 @@ def prepare_output(cfg: SweepConfig) -> bool:
     same = False
     if saved.is_file():
         previous = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
-        same = {k: v for k, v in previous.items() if k not in _PER_WORKER} == json.loads(json.dumps(_saved_config(cfg)))
+        same = as_recorded(previous) == json.loads(json.dumps(_saved_config(cfg)))
         if not same and not cfg.overwrite:
             raise ObliviateError(f"{out} holds another sweep (its {CONFIG_FILE} differs from this config); choose "
                                  "another output_dir, or pass overwrite=true to start again")
@@ -218,7 +245,9 @@ def _check_study(study: Any, plan: SweepPlan) -> None:
     if recorded is None:
         study.set_user_attr("config", mine)
         study.set_user_attr("track", plan.track.kind)
-    elif recorded != mine:
+        return
+    recorded = as_recorded(recorded)
+    if recorded != mine:
         diff = sorted(k for k in set(recorded) | set(mine) if recorded.get(k) != mine.get(k))
         raise ObliviateError(f"the storage's study {study.study_name!r} was made by another sweep config (it differs "
                              f"in {diff}); use the same config, another study name (study=...) or another storage")
@@ -269,7 +298,8 @@ def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) ->
     t0 = time.perf_counter()
     try:
         with Heartbeat(study, trial._trial_id, min(30.0, cfg.stale_after_s / 4)):
-            method_cfg, train_cfg = trial_settings(plan.methods[method], track.train, params, f"trial of {method}")
+            method_cfg, train_cfg = trial_settings(plan.methods[method], plan.trains[method], params,
+                                                   f"trial of {method}")
             live = not on_terminal()  # in a log, the loop's lines show a trial is alive; on a terminal, one line
             train_cfg = dataclasses.replace(train_cfg, progress=live)
             if live:
@@ -382,8 +412,11 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         log(f"  {line}")
     log(f"storage: {url} ({'resumed' if resumed else 'new output directory'}); worker {WORKER}")
     studies = {m: _study(store, plan, m) for m in plan.methods}
-    for study in studies.values():
+    for method, study in studies.items():
         _check_study(study, plan)
+        if method in plan.recipes and not study.get_trials(deepcopy=False) and not study.user_attrs.get("recipe"):
+            study.set_user_attr("recipe", plan.recipes[method])  # the first worker to get here enqueues it
+            study.enqueue_trial(plan.recipes[method], user_attrs={"recipe": True})
     track = plan.track
     t0 = time.perf_counter()
     track.heldout_share = cfg.heldout_share if cfg.heldout_share is not None else \

@@ -267,3 +267,56 @@ def grid_space(dims: Sequence[Dim], method: str) -> dict[str, list[Any]]:
 
 def grid_size(dims: Sequence[Dim], method: str) -> int:
     return math.prod(len(v) for v in grid_space(dims, method).values())
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted key in a nested mapping."""
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def recipe_value(dim: Dim, method: Mapping[str, Any], train: TrainConfig, name: str) -> Any:
+    """The value a method's own settings (its recipe: the base config with its method section) give a dimension's
+    key, its objective's or rule's default where the section is silent."""
+    from obliviate.train.method import resolve_method
+
+    method_cfg, train_cfg = trial_settings(method, train, {}, f"the recipe of {name}")
+    resolved = resolve_method(method_cfg).settings()
+    rule_args = {k: v for k, v in resolved["combine"].items() if k not in ("rule", "separate_backward")}
+    trees = ({"method": dataclasses.asdict(method_cfg), "train": dataclasses.asdict(train_cfg)},
+             {"method": {**resolved, "combine": {**resolved["combine"], "args": rule_args}}})
+    if dim.key == MAP_KEY:
+        args = resolved["forget_args"]
+        layers = args.get("layers")
+        return {"tau": args.get("tau"), "layers": list(layers) if isinstance(layers, tuple) else layers}
+    for tree in trees:
+        found, value = _lookup(tree, dim.key)
+        if found:
+            return value
+    raise ConfigError(f"space.{dim.key}: the recipe of {name} has no value for it")
+
+
+def recipe_point(dims: Sequence[Dim], method: Mapping[str, Any], train: TrainConfig, name: str) -> dict[str, Any]:
+    """The point of the search space where a method's recipe sits, as Optuna params (choices by their labels): the
+    first trial of its study when `start_at_recipe` is on. A recipe value outside the space is an error naming it."""
+    point: dict[str, Any] = {}
+    for dim in dims:
+        if not dim.applies(name):
+            continue
+        value = recipe_value(dim, method, train, name)
+        if dim.kind in ("choices", "teacher_map"):
+            inside = value in list(dim.choices)
+            label = dim.labels()[list(dim.choices).index(value)] if inside else None
+            space = f"the choices {list(dim.choices)}"
+        else:
+            inside = _number(value) and dim.low <= value <= dim.high  # type: ignore[operator]
+            label, space = value, f"[{dim.low}, {dim.high}]"
+        if not inside:
+            raise ConfigError(f"space.{dim.key}: the recipe of {name} sets {value!r}, outside {space}; widen the "
+                              f"space to hold it, or set start_at_recipe: false")
+        point[dim.key] = label
+    return point
