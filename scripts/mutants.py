@@ -541,6 +541,26 @@ MUTANTS: list[Mutant] = [
     Mutant("layout: a sweep takes the world's models from the demo", "sweep/tracks.py",
            "from obliviate.setups.world import eval_config, world_models",
            "from obliviate.demos.offline import eval_config, world_models", ("tests/test_layout.py",)),
+    # sweeps started at each method's recipe
+    Mutant("recipe: a value outside the space accepted", "sweep/space.py",
+           "inside = _number(value) and dim.low <= value <= dim.high", "inside = _number(value)",
+           ("tests/sweep/test_space.py",)),
+    Mutant("recipe: the base's training settings instead of the method's own", "sweep/run.py",
+           "recipe_point(dims, methods[m], trains[m], m)", "recipe_point(dims, methods[m], track.train, m)",
+           ("tests/sweep/test_run.py::test_a_method_may_bring_its_own_training_settings",)),
+    Mutant("trial: a method's own training settings ignored", "sweep/run.py",
+           "trial_settings(plan.methods[method], plan.trains[method], params,",
+           "trial_settings(plan.methods[method], track.train, params,", ("tests/sweep/test_run.py::test_a_method_may_bring_its_own_training_settings",)),
+    Mutant("sweep record: keys added since are not given their defaults", "sweep/run.py",
+           "    return {**json.loads(json.dumps(_saved_config(SweepConfig()))), **mine}", "    return mine",
+           ("tests/sweep/test_run.py::test_a_sweep_recorded_before_a_key_existed_is_still_the_same_sweep",)),
+    Mutant("compare: every trial reported as a recipe", "sweep/compare.py",
+           "recipes = [p for p in coll.points if p.recipe and p.state", "recipes = [p for p in coll.points if p.state",
+           ("tests/sweep/test_run.py::test_each_method_starts_at_its_recipe_and_the_report_shows_it",)),
+    Mutant("entry: the module teardown is not skipped", "cli/__init__.py",
+           "    atexit.register(leave_fast, status)\n", "", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
+    Mutant("entry: an exception escaping main exits 0", "cli/__init__.py",
+           "    status = [1]", "    status = [0]", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
 ]
 
 

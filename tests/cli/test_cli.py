@@ -398,3 +398,49 @@ def test_ls_lists_every_preset_with_its_first_whole_sentence():
     assert any(line.split()[0] == "gpu/asu_tofu_llama2_7b/asu_kl_forget10.yaml" for line in listed)
     for line in listed:  # no summary cut mid-sentence
         assert line.rstrip().endswith((".", ")", ":")) or len(line.split()) == 1, line
+
+
+ENTRY = """
+import atexit, os, sys
+if sys.argv[2] == "torch":
+    import torch
+import obliviate.cli as cli
+
+
+class Teardown:
+    def __del__(self, write=os.write):  # bound now: the module's globals are gone by then
+        write(2, b"teardown")
+
+
+kept = Teardown()  # its __del__ runs only if the interpreter tears its modules down
+
+
+def fake_main(argv=None):
+    atexit.register(lambda: open(sys.argv[1], "w").write("ran"))  # a tracker's exit function, say
+    print("out", end="")  # not flushed yet
+    if sys.argv[3] == "raise":
+        raise RuntimeError("boom")
+    return 3
+
+
+cli.main = fake_main
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize("mode", ["torch", "plain"])
+def test_the_console_script_keeps_exit_status_output_and_exit_functions(mode, tmp_path):
+    """entry(): main's status and output, and every exit function the run registered, survive; with torch loaded the
+    module teardown is skipped; an exception escaping main exits 1."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "ran"
+    res = subprocess.run([sys.executable, "-c", ENTRY, str(marker), mode, "return"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 3 and res.stdout == "out" and marker.read_text() == "ran"
+    assert ("teardown" in res.stderr) is (mode == "plain")
+    marker.unlink()
+    res = subprocess.run([sys.executable, "-c", ENTRY, str(marker), mode, "raise"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 1 and "RuntimeError: boom" in res.stderr and marker.read_text() == "ran"
