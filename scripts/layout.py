@@ -12,6 +12,12 @@ other form a cycle and share the cycle's floor.
 The rules the tests hold the package to (tests/test_layout.py): no module import cycle, no room
 cycle, every import goes to the room's own floor or below, at most `MAX_FLOORS` floors, and no
 private name (`_x`) imported from another module.
+
+Lazy loading has one rule, checked here too: a module is *heavy* when importing it loads one of `HEAVY` (torch,
+numpy, matplotlib, optuna, …), through its own module-level imports or those of the obliviate modules (and their
+packages) it imports at module level; every other module is *light* (what `obliviate --help`, `ls` and the config
+checks import). An import is deferred into a function only from a light module to a heavy one: any other deferral
+buys nothing and is a *needless deferral*.
 """
 from __future__ import annotations
 
@@ -38,11 +44,17 @@ class Edge:
     line: int
 
 
+HEAVY = {"torch", "transformers", "numpy", "matplotlib", "optuna", "accelerate", "scipy", "sklearn", "datasets",
+         "huggingface_hub", "rich", "peft", "safetensors", "sqlalchemy", "rouge_score", "lm_eval", "bitsandbytes",
+         "tokenizers", "pandas"}
+
+
 @dataclass
 class Layout:
     modules: list[str]
     edges: list[Edge]
     rooms: dict[str, set[str]] = field(default_factory=dict)  # room -> rooms it imports
+    external: dict[str, set[str]] = field(default_factory=dict)  # module -> third-party packages it imports at top
 
     def room_of(self, module: str) -> str:
         return module.split(".")[0]
@@ -98,10 +110,17 @@ def read_layout() -> Layout:
     modules = {_module_name(f): f for f in files}
     packages = {_module_name(f) for f in files if f.name == "__init__.py"}
     edges: list[Edge] = []
+    externals: dict[str, set[str]] = {}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
         parents = _parents(tree)
         for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not _deferred(node, parents):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if node.level == 0 else []
+                for name in names:
+                    if name.split(".")[0] != PKG:
+                        externals.setdefault(module, set()).add(name.split(".")[0])
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name == PKG or alias.name.startswith(PKG + "."):
@@ -118,7 +137,7 @@ def read_layout() -> Layout:
                     edges.append(Edge(module, full, ("",), _deferred(node, parents), node.lineno))
                 if rest:
                     edges.append(Edge(module, dst, rest, _deferred(node, parents), node.lineno))
-    layout = Layout(sorted(modules), [e for e in edges if e.src != e.dst])
+    layout = Layout(sorted(modules), [e for e in edges if e.src != e.dst], external=externals)
     for e in layout.edges:
         a, b = layout.room_of(e.src), layout.room_of(e.dst)
         layout.rooms.setdefault(a, set())
@@ -211,6 +230,38 @@ def up_imports(layout: Layout) -> list[str]:
                    and fl[layout.room_of(e.dst)] >= fl[layout.room_of(e.src)]})
 
 
+def _packages(module: str, modules: set[str]) -> list[str]:
+    """The package modules importing `module` runs first ("eval.tofu" -> "__init__", "eval")."""
+    parts = module.split(".")
+    return [p for p in ["__init__"] + [".".join(parts[:i]) for i in range(1, len(parts))] if p in modules]
+
+
+def heavy_modules(layout: Layout) -> set[str]:
+    """The modules whose import loads a HEAVY package (module docstring), by a fixpoint over module-level imports."""
+    modules = set(layout.modules)
+    top: dict[str, set[str]] = defaultdict(set)
+    for e in layout.edges:
+        if not e.deferred:
+            top[e.src].add(e.dst)
+    for m in modules:
+        top[m].update(p for p in _packages(m, modules) if p != m)
+    heavy = {m for m in modules if layout.external.get(m, set()) & HEAVY}
+    changed = True
+    while changed:
+        grown = {m for m in modules - heavy if top[m] & heavy}
+        changed = bool(grown)
+        heavy |= grown
+    return heavy
+
+
+def needless_deferrals(layout: Layout) -> list[str]:
+    """Imports inside functions that keep nothing heavy out: from a heavy module, or of a light one."""
+    heavy = heavy_modules(layout)
+    modules = set(layout.modules)
+    return sorted({f"{e.src}:{e.line} -> {e.dst}" for e in layout.edges if e.deferred
+                   and (e.src in heavy or not ({e.dst, *_packages(e.dst, modules)} & heavy))})
+
+
 def summary(layout: Layout) -> dict:
     fl = floors(layout.rooms)
     by_floor: dict[int, list[str]] = defaultdict(list)
@@ -225,6 +276,8 @@ def summary(layout: Layout) -> dict:
         "up_imports": up_imports(layout),
         "deferred_imports": sum(e.deferred for e in layout.edges),
         "private_imports": private_imports(layout),
+        "needless_deferrals": needless_deferrals(layout),
+        "light_modules": len(set(layout.modules) - heavy_modules(layout)),
         "by_floor": {f: sorted(by_floor[f]) for f in sorted(by_floor)},
     }
 
@@ -241,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(at most {MAX_FLOORS}); {s['deferred_imports']} imports inside functions")
     for f, rooms in reversed(s["by_floor"].items()):
         print(f"  floor {f:2d}: {', '.join(rooms)}")
-    for key in ("module_cycles", "room_cycles", "up_imports", "private_imports"):
+    print(f"{s['light_modules']} light modules (importing none of torch, numpy, matplotlib, optuna, …)")
+    for key in ("module_cycles", "room_cycles", "up_imports", "private_imports", "needless_deferrals"):
         print(f"{key.replace('_', ' ')}: {len(s[key])}")
         for item in s[key]:
             print(f"  {' -> '.join(item) if isinstance(item, list) else item}")

@@ -539,8 +539,9 @@ MUTANTS: list[Mutant] = [
            "    if unknown:\n        raise ConfigError(f\"sections:", "    if False:\n        raise ConfigError(f\"sections:",
            ("tests/test_plugins.py",)),
     Mutant("layout: a sweep takes the world's models from the demo", "sweep/tracks.py",
-           "from obliviate.setups.world import eval_config, world_models",
-           "from obliviate.demos.offline import eval_config, world_models", ("tests/test_layout.py",)),
+           "from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models",
+           "from obliviate.demos.offline import DemoConfig, eval_config, preflight_demo, world_models",
+           ("tests/test_layout.py",)),
     # sweeps started at each method's recipe
     Mutant("recipe: a value outside the space accepted", "sweep/space.py",
            "inside = _number(value) and dim.low <= value <= dim.high", "inside = _number(value)",

@@ -40,6 +40,41 @@ def test_only_the_command_line_imports_the_demos():
     assert importers == {"cli"}, importers
 
 
+def test_lazy_loading_has_one_rule_and_the_package_keeps_it():
+    """An import waits inside a function only from a light module to a heavy one (scripts/layout.py); the command
+    line's modules are light; and the light set is real: importing every light module at once loads no heavy
+    package."""
+    import subprocess
+
+    lay = layout.read_layout()
+    assert layout.needless_deferrals(lay) == []
+    heavy = layout.heavy_modules(lay)
+    light = sorted(set(lay.modules) - heavy)
+    assert {m for m in lay.modules if m.split(".")[0] == "cli"} <= set(light)
+    assert {"train.loop", "modeling.logprobs", "eval.tofu"} <= heavy
+    names = ["obliviate" if m == "__init__" else f"obliviate.{m}" for m in light if not m.endswith("__main__")]
+    code = (f"import importlib, sys\nfor n in {names!r}:\n    importlib.import_module(n)\n"
+            f"print(sorted(m for m in {sorted(layout.HEAVY)!r} if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_a_needless_deferral_is_found(tmp_path, monkeypatch):
+    pkg = tmp_path / "src" / "obliviate"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "heavy.py").write_text("import torch\n")
+    (pkg / "light.py").write_text("X = 1\n")
+    (pkg / "user.py").write_text("def f():\n    from obliviate import heavy\n\n\ndef g():\n"
+                                 "    from obliviate.light import X\n")
+    (pkg / "big.py").write_text("import numpy\n\n\ndef h():\n    from obliviate import heavy\n")
+    monkeypatch.setattr(layout, "SRC", tmp_path / "src")
+    lay = layout.read_layout()
+    assert layout.heavy_modules(lay) == {"heavy", "big"}
+    assert layout.needless_deferrals(lay) == ["big:5 -> heavy", "user:6 -> light"]
+
+
 def test_deferred_and_private_imports_are_seen(tmp_path, monkeypatch):
     pkg = tmp_path / "src" / "obliviate"
     (pkg / "sub").mkdir(parents=True)

@@ -18,6 +18,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.generate import batched_avg_loss, generate_answers
 from obliviate.eval.tofu import fact_recall, rouge_recall
 from obliviate.modeling.frozen import has_adapters
+from obliviate.train.tracking import trackers
 from obliviate.train.unlearn import unlearn
 
 TOFU_AUTHOR_ROWS = 20  # TOFU gives each author 20 consecutive QA rows
@@ -189,7 +190,6 @@ def run_continual(model: torch.nn.Module, tokenizer: Any, requests: list[list[QA
                   accelerator: Any = None, tracking: Any = None) -> ContinualResult:
     """Unlearn the requests in order, each from the previous result as θ0 (docs/METHODS.md §1.5). With trackers
     (train.report_to; `tracking`: train/tracking.py), each request is a run of its own in a sub-directory."""
-    from obliviate.train.tracking import trackers
 
     cfg = config or ContinualConfig()
     _check_requests(requests, retain_rows, eval_fn is None)

@@ -18,8 +18,11 @@ from typing import Any, Callable, Iterator
 from obliviate import hub
 from obliviate.config import CalibrateConfig, EvalRunConfig, FinetuneConfig, MethodConfig, RunConfig
 from obliviate.config.fields import need
-from obliviate.data.splits import load_data
+from obliviate.data.rows import check_disjoint, load_split
+from obliviate.data.splits import load_attack_splits, load_data
 from obliviate.errors import ConfigError
+from obliviate.eval.benchmarks import BENCHMARKS, own_sections, resolve
+from obliviate.eval.score import parse_expr
 from obliviate.files import check_output_dir, check_writable_location
 from obliviate.modeling.sources import (
     check_layer_indices,
@@ -30,6 +33,7 @@ from obliviate.modeling.sources import (
     model_config,
 )
 from obliviate.train import tracking
+from obliviate.train.schedule import schedule
 
 
 def input_paths(cfg: RunConfig) -> dict[str, Any]:
@@ -169,7 +173,6 @@ def _schedule_line(cfg: RunConfig, n_forget: int) -> list[str]:
     one), refused here when the warm-up outlasts the run; raw text is cut into windows only when it is tokenised."""
     if cfg.data.format != "qa" or cfg.continual.enabled:
         return []
-    from obliviate.train.schedule import schedule
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     sch = schedule(n_forget, cfg.train.batch_size * world, cfg.train)
@@ -179,7 +182,6 @@ def _schedule_line(cfg: RunConfig, n_forget: int) -> list[str]:
 
 def _check_tofu_eval(cfg: RunConfig, source: str) -> list[str]:
     """TOFU evaluation after training: its splits load, and its models exist (lines for `validate`)."""
-    from obliviate.data.rows import load_split
     from obliviate.eval.runner import load_eval_splits
     from obliviate.eval.tofu import reference_forget_rows
 
@@ -229,8 +231,6 @@ def preflight_unlearn(cfg: RunConfig, *, need_output: bool = True) -> Checked:
                                                     for split in (cfg.data.forget_split, cfg.data.retain_split)))
     forget, retain = loaded if loaded else ([], [])
     if loaded and cfg.data.format == "qa":
-        from obliviate.data.rows import check_disjoint
-
         check_disjoint(forget, retain)
     path = need(cfg.model.path, "model.path", "<model dir or hub id>")
     kind = "rows" if cfg.data.format == "qa" else "documents"
@@ -287,7 +287,6 @@ def _check_during(cfg: RunConfig) -> list[str]:
                           "its own run: drop eval.every_steps (the continual table evaluates every request)")
     if ev.keep_best is not None:
         from obliviate.eval.runner import tofu_metric_names
-        from obliviate.eval.score import parse_expr
 
         parse_expr(ev.keep_best, tofu_metric_names(), "eval.keep_best")
     return [f"evaluation during training: every {ev.every_steps} steps on {ev.during_rows} forget and retain rows"
@@ -299,7 +298,6 @@ def _check_audit(cfg: RunConfig, source: str) -> list[str]:
     """A run's own audit (audit.enabled): QA data, a saved model it can load, its splits and reference model."""
     import dataclasses
 
-    from obliviate.data.splits import load_attack_splits
 
     if cfg.data.format != "qa":
         raise ConfigError("audit.enabled=true attacks answers to questions, but data.format is text; use a QA "
@@ -325,7 +323,6 @@ def check_layer_sets(layer_sets: list | None, n_layers: int) -> None:
 def preflight_calibrate(cfg: CalibrateConfig, *, need_output: bool = True) -> list:
     """Checks of `obliviate calibrate` before the model loads; returns the forget rows (output_dir is optional
     here: a set one is checked with or without `need_output`)."""
-    from obliviate.data.rows import load_split
 
     if cfg.output_dir:
         check_output_dir(cfg.output_dir, cfg.overwrite, {"model.path": cfg.model.path, "source": cfg.source})
@@ -342,8 +339,6 @@ def preflight_calibrate(cfg: CalibrateConfig, *, need_output: bool = True) -> li
 
             layer_windows(n_layers, cfg.window_widths, cfg.window_starts)
     if cfg.retain_split is not None:
-        from obliviate.data.rows import check_disjoint
-
         check_disjoint(rows, load_split(cfg.source, cfg.retain_split))
     return rows[: cfg.max_examples] if cfg.max_examples else rows
 
@@ -377,7 +372,6 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
 
 def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
     """Every path `obliviate eval` reads, by config key: the model's and every registered benchmark's."""
-    from obliviate.eval.benchmarks import BENCHMARKS
 
     out = {"model.path": cfg.model.path, "model.tokenizer": cfg.model.tokenizer}
     for name in BENCHMARKS.names():
@@ -388,7 +382,6 @@ def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:
 def preflight_eval(cfg: EvalRunConfig, *, need_output: bool = True) -> tuple[Any, list[str]]:
     """Checks of `obliviate eval` before the model loads: (what the benchmark's run reuses, e.g. TOFU's splits;
     lines for `validate`)."""
-    from obliviate.eval.benchmarks import BENCHMARKS, own_sections, resolve
 
     spec = BENCHMARKS.get(cfg.benchmark)  # an unknown name lists the registered ones
     unknown = sorted(set(cfg.sections) - set(own_sections()))

@@ -7,7 +7,7 @@ import pytest
 
 from obliviate.errors import ObliviateError
 from obliviate.sweep.compare import Collection, Point, best_per_method, build_report, fronts, write_compare
-from obliviate.sweep.tracks import KNOWLEDGE_DEFAULTS, parse_axes, parse_bar
+from obliviate.sweep.defaults import KNOWLEDGE_DEFAULTS, parse_axes, parse_bar
 
 
 def _p(method, n, forget, neigh, retain, degenerate, state="complete", repeat_of=None, mcq=0.25):

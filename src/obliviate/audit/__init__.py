@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from obliviate.audit import run
 from obliviate.audit.verdict import AttackRow, recovered_share
 from obliviate.config.audit import ATTACKS, AuditConfig
 
@@ -20,7 +21,5 @@ def __getattr__(name: str) -> Any:
 
         return getattr(core, name)
     if name in ("audit_from_config", "audit_run_output"):
-        from obliviate.audit import run
-
         return getattr(run, name)
     raise AttributeError(f"module 'obliviate.audit' has no attribute {name!r}")

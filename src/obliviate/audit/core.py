@@ -23,10 +23,14 @@ from obliviate.audit.probes import (
     mean_k,
     paraphrase_probe,
 )
+from obliviate.audit.quantize import get_scheme, quantized_copy, unfit_layers
 from obliviate.audit.verdict import AttackRow, console_verdict, mark_headlines, recovered_share
+from obliviate.config import TrainConfig
 from obliviate.config.audit import AuditConfig
 from obliviate.data.rows import QARow
+from obliviate.eval.mia import attack_scores, mia_auc, token_scores
 from obliviate.progress import track
+from obliviate.train.unlearn import finetune
 
 REF_RETAIN = "retain model under the same attack"
 REF_UNLEARNED = "unlearned model without attack"
@@ -69,8 +73,6 @@ def relearn_split(n: int, share: float, seed: int) -> tuple[list[int], list[int]
 
 def relearned_copy(model: Any, tokenizer: Any, rows: Sequence[QARow], cfg: AuditConfig) -> Any:
     """A copy of `model` fine-tuned for cfg.relearn_steps steps on `rows` (constant lr, no decay), in eval mode."""
-    from obliviate.config import TrainConfig
-    from obliviate.train.unlearn import finetune
 
     m = copy.deepcopy(model)
     for p in m.parameters():
@@ -152,7 +154,6 @@ def _quantize_rows(models: dict[str, Any], tok: Any, forget: list[QARow], sc: _S
                    log: Callable[[str], None]) -> list[AttackRow]:
     """Each of cfg.quant_schemes applied to the weights of the unlearned model (and of the retain model, the 0%
     reference); one row per scheme, its variant the scheme's name."""
-    from obliviate.audit.quantize import get_scheme, quantized_copy, unfit_layers
 
     probe = direct_probe(tok, forget)
     pkw = {"batch_size": cfg.batch_size, "max_length": cfg.max_length}
@@ -218,7 +219,6 @@ def _paraphrase_rows(models: dict[str, Any], tok: Any, forget: list[QARow], reta
 
 def _mia_aucs(model: Any, tok: Any, forget: list[QARow], holdout: list[QARow], cfg: AuditConfig) -> dict[str, float]:
     """AUC of each reference-free MIA (forget = members, holdout = non-members); 1 = members exposed."""
-    from obliviate.eval.mia import attack_scores, mia_auc, token_scores
 
     ts = token_scores(model, tok, forget + holdout, batch_size=cfg.batch_size, max_length=cfg.max_length)
     n = len(forget)

@@ -4,10 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from obliviate.audit.verdict import write_reports
 from obliviate.config.audit import AuditConfig
 from obliviate.data.rows import QARow
 from obliviate.data.splits import load_attack_splits
 from obliviate.errors import ConfigError
+from obliviate.files import write_json
 
 
 def load_audit_data(cfg: AuditConfig) -> tuple[list[QARow], list[QARow], list[QARow], list[str]]:
@@ -63,8 +65,6 @@ def audit_from_config(cfg: AuditConfig, log: Callable[[str], None] = print) -> A
 
 def write_audit(out: Path, res: Any, cfg: AuditConfig, **where: str | None) -> None:
     """audit.json (everything, raw shares, what was audited: `where`) and report.md / report.html into `out`."""
-    from obliviate.audit.verdict import write_reports
-    from obliviate.files import write_json
 
     data = res.to_json() | dict(where) | {"splits": load_names(cfg)}
     write_json(out / "audit.json", data)

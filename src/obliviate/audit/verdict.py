@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any, Mapping, Sequence
 
+from obliviate.report.page import page
+
 EPS = 1e-9
 
 
@@ -142,7 +144,6 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     """report.md and report.html of an audit into `out_dir`."""
     from pathlib import Path
 
-    from obliviate.report.page import page
 
     out = Path(out_dir)
     text = EXPLAIN.format(metric=result["k_metric"], ref0=result["ref0"])

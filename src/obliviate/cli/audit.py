@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from obliviate.audit.run import audit_from_config
+from obliviate.config import apply_overrides, build, describe, read_yaml
 from obliviate.config.audit import ATTACKS, AuditConfig
 
 HELP = "attack an unlearned model (relearning, quantisation, paraphrases, MIA) and say how much knowledge came back"
@@ -31,7 +33,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def audit_config(args: argparse.Namespace) -> AuditConfig:
     """The AuditConfig of parsed `obliviate audit` arguments: YAML, then flags, then key=value overrides."""
-    from obliviate.config import apply_overrides, build, read_yaml
 
     raw: dict[str, Any] = {}
     if args.config:
@@ -50,8 +51,6 @@ def audit_config(args: argparse.Namespace) -> AuditConfig:
 def run(args: argparse.Namespace) -> int:
     """`obliviate audit`: print the verdict table, write the reports; 0 on success."""
     if args.help_config:
-        from obliviate.config import describe
-
         for key, default, text in describe(AuditConfig):
             print(f"{key:<22} {default!r:<34} {text}")
         return 0
@@ -67,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    from obliviate.audit.run import audit_from_config
 
     audit_from_config(cfg)
     return 0

@@ -7,6 +7,8 @@ from typing import Any
 
 from obliviate.cli import configured, runs
 from obliviate.config import CalibrateConfig, to_dict
+from obliviate.data.rows import load_split
+from obliviate.files import write_json
 from obliviate.preflight import check_layer_sets, preflight_calibrate
 from obliviate.train.student import load_model
 
@@ -24,7 +26,6 @@ def run(args: argparse.Namespace) -> int:
 def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     """Sweep τ and layer sets with the smoothed teacher alone; print and optionally save the table."""
     from obliviate.eval.analysis import calibrate, default_layer_sets, layer_windows
-    from obliviate.files import write_json
     from obliviate.modeling.load import atomic_dir
     from obliviate.report.markdown import calibration_table
     from obliviate.report.plots import png_bytes, teacher_map_plot
@@ -39,8 +40,6 @@ def run_calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
         layer_sets = cfg.layer_sets if cfg.layer_sets is not None else default_layer_sets(n_layers)
     replies = None
     if cfg.replies:
-        from obliviate.data.rows import load_split
-
         retain = load_split(cfg.source, cfg.retain_split)[: cfg.retain_examples] if cfg.retain_split else []
         replies = {"retain": retain, "max_new_tokens": cfg.max_new_tokens, "recall_ratio": cfg.recall_ratio,
                    "degenerate_max": cfg.degenerate_max}

@@ -13,6 +13,9 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from obliviate import config
+from obliviate.cli.ls import objective_keys
+from obliviate.setups.world import DemoConfig
+from obliviate.sweep.config import SweepConfig, anchored
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,12 +37,9 @@ def config_class(command: str, config_file: str | None = None) -> type:
             from obliviate.setups.knowledge import KnowledgeDemoConfig
 
             return KnowledgeDemoConfig
-        from obliviate.setups.world import DemoConfig
 
         return DemoConfig
     if command == "sweep":
-        from obliviate.sweep.config import SweepConfig
-
         return SweepConfig
     return {"finetune": config.FinetuneConfig, "unlearn": config.RunConfig, "eval": config.EvalRunConfig,
             "calibrate": config.CalibrateConfig, "validate": config.RunConfig}[command]
@@ -105,14 +105,11 @@ def resolve(args: argparse.Namespace, extra: Sequence[str] = ()) -> Any | None:
         cls = command_class(args)
         rows = config.describe(cls)
         if cls is config.RunConfig:  # each objective's own keys, under method.forget_args / method.retain_args
-            from obliviate.cli.ls import objective_keys
-
             rows += objective_keys()
         for key, default, text in rows:
             print(f"{key:<36} {default!r:<24} {text}")
         return None
     cfg = config.load_config(command_class(args), args.config, list(extra) + list(args.overrides))
-    from obliviate.sweep.config import SweepConfig, anchored
 
     if isinstance(cfg, SweepConfig) and args.config:  # its base and teacher maps, from the sweep file's folder up
         cfg = anchored(cfg, args.config)

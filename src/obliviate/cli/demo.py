@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 
 from obliviate.cli import configured
+from obliviate.demos.offline import run_demo
+from obliviate.setups.world import pin_cpu_kernels
 
 HELP = "offline demo: synthetic world -> target/retain models -> ASU_KL vs GradDiff -> report"
 
@@ -17,8 +19,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg is None:
         return 0
     if getattr(cfg, "cpu_kernels", None) == "avx2":  # before torch loads
-        from obliviate.setups.world import pin_cpu_kernels
-
         pin_cpu_kernels()
     configured.quiet_libraries()
     if getattr(cfg, "kind", None) == "knowledge":
@@ -26,7 +26,5 @@ def run(args: argparse.Namespace) -> int:
 
         run_knowledge_demo(cfg)
     else:
-        from obliviate.demos.offline import run_demo
-
         run_demo(cfg)
     return 0

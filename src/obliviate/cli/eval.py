@@ -8,6 +8,7 @@ from typing import Any
 from obliviate.cli import configured, runs
 from obliviate.config import EvalRunConfig
 from obliviate.errors import ObliviateError
+from obliviate.eval.benchmarks import BENCHMARKS, resolve
 from obliviate.preflight import eval_inputs, preflight_eval
 from obliviate.train.student import load_model
 
@@ -41,8 +42,6 @@ def eval_shortcuts(args: argparse.Namespace) -> list[str]:
     if args.out:
         out.append(f"output_dir={args.out}")
     if args.data:
-        from obliviate.eval.benchmarks import BENCHMARKS
-
         out.append(f"{BENCHMARKS.get(bench).section}.source={args.data}")
     if args.split and bench == "tofu":
         split = args.split.removesuffix("_perturbed")
@@ -59,7 +58,6 @@ def eval_shortcuts(args: argparse.Namespace) -> list[str]:
 
 def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     """Evaluate a saved model on one benchmark (eval/benchmarks.py) and write metrics.json + report.md."""
-    from obliviate.eval.benchmarks import BENCHMARKS, resolve
     from obliviate.modeling.load import atomic_dir
 
     spec = BENCHMARKS.get(cfg.benchmark)

@@ -6,6 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from obliviate.catalogue import builtin
+from obliviate.eval.benchmarks import BENCHMARKS
+from obliviate.registry import PLUGIN_GROUP
+
 HELP = "list forget objectives, retain terms, gradient rules and presets"
 
 
@@ -42,7 +46,6 @@ def plugin_lines(builtins: dict[str, set[str]]) -> list[str]:
     (then no torch is imported)."""
     from importlib.metadata import entry_points
 
-    from obliviate.registry import PLUGIN_GROUP
 
     found = list(entry_points(group=PLUGIN_GROUP))
     if not found:
@@ -62,14 +65,12 @@ def plugin_lines(builtins: dict[str, set[str]]) -> list[str]:
 
 def list_components() -> str:
     """One line per forget objective, retain term, gradient rule and preset recipe (no torch import)."""
-    from obliviate.catalogue import builtin
 
     lines = []
     for kind, title in (("forget", "forget objectives (method.forget):"), ("retain", "retain terms (method.retain):"),
                         ("rule", "gradient rules (method.combine.rule):")):
         lines += [title] + [f"  {n:<12} {summary}" for n, summary in builtin(kind).items()]
     lines += plugin_lines({kind: set(builtin(kind)) for kind in ("forget", "retain", "rule")})
-    from obliviate.eval.benchmarks import BENCHMARKS
 
     lines += ["benchmarks (obliviate eval --benchmark):"] + [f"  {n:<12} {BENCHMARKS.get(n).help}" for n in BENCHMARKS.names()]
     configs = Path(__file__).resolve().parents[3] / "configs"

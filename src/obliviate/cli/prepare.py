@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from obliviate.data.rows import builtin_dir
+from obliviate.data.tofu_subset import describe, subset_splits
 from obliviate.files import check_output_dir, current_umask
 
 HELP = ("write a benchmark's training files where the presets read them (rwku: SAGO's batch of the first N targets; "
@@ -37,9 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.benchmark == "tofu":
-        from obliviate.data.rows import builtin_dir
-        from obliviate.data.tofu_subset import describe, subset_splits
-
         out = Path(args.out or f"data/tofu-{args.authors}")
         check_output_dir(out, args.overwrite, {"--source": args.source}, key="--out")
         splits = subset_splits(args.authors, args.source)  # read and checked before anything is written

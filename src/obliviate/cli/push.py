@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from obliviate.publish import check_repo_id, format_plan, push, push_files
+
 HELP = "upload an unlearned model with its model card and receipt to the Hugging Face Hub"
 DESCRIPTION = ("Upload an `obliviate unlearn` output directory to a Hub model repository (created when missing): the "
                "weights, every file its receipt records (config, tokenizer, README.md model card, metrics) and "
@@ -21,8 +23,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from obliviate.publish import check_repo_id, format_plan, push, push_files
-
     check_repo_id(args.repo_id)
     files = push_files(args.run_dir)
     print(format_plan(files, args.repo_id, args.private, args.revision))

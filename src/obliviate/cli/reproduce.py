@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from obliviate import files, hub
+from obliviate.cli.eval import run_eval
+from obliviate.cli.unlearn import run_unlearn
+from obliviate.config import EvalRunConfig, RunConfig, load_config
 from obliviate.errors import ConfigError, ObliviateError
+from obliviate.modeling.sources import model_config
+from obliviate.preflight import device_checks_skipped, preflight_unlearn, without_device_checks
 from obliviate.published import TABLES, Table
 
 HELP = ("run the presets behind a published table again (GPU presets, or --twins on a CPU), resuming where it "
@@ -73,8 +79,6 @@ def parameter_count(config: dict | None) -> int | None:
 
 def model_json(path: str) -> dict | None:
     """The model's config.json: local or in the hub cache, else that one small file from the hub when it answers."""
-    from obliviate import hub
-    from obliviate.modeling.sources import model_config
 
     found = model_config(path)
     if found is not None or hub.skipping() or hub.offline() or not hub.looks_like_repo_id(path) or hub.unreachable():
@@ -107,8 +111,6 @@ def memory_estimate(cfg: Any, frozen_copy: bool) -> str:
 def plan_row(table: Table, row: str, twins: bool, out: Path, overrides: list[str]) -> tuple[Any, list[str]]:
     """(config, plan line) of one row: its preset with the overrides and output_dir <out>/<row>, checked by the
     unlearn pre-flight (a row already run is read, not checked or written again)."""
-    from obliviate.config import RunConfig, load_config
-    from obliviate.preflight import preflight_unlearn
 
     path = Path(table.folder(twins)) / f"{row}.yaml"
     if not path.is_file():
@@ -128,8 +130,6 @@ def evals_line(table: Table) -> str:
     they need lm-evaluation-harness and it is not installed (unless only planning: the plan is for another machine)."""
     import importlib.util
 
-    from obliviate.config import EvalRunConfig, load_config
-    from obliviate.preflight import device_checks_skipped
 
     if not table.evals:
         return ""
@@ -169,8 +169,6 @@ def measured(table: Table, run_dir: Path) -> dict[str, Any]:
 def evaluate_row(table: Table, cfg: Any) -> None:
     """The table's evaluations of a trained row's model (`obliviate eval` with each of table.evals), each into
     <run_dir>/eval-<i>; one already written is kept (an interrupted row resumes at its next evaluation)."""
-    from obliviate.cli.eval import run_eval
-    from obliviate.config import EvalRunConfig, load_config
 
     run_dir = Path(cfg.output_dir)
     for i, spec in enumerate(table.evals):
@@ -214,8 +212,6 @@ def _drop_weights(run_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from obliviate import files
-
     table = table_of(args.table)
     if args.twins and table.twins is None:
         raise ConfigError(f"{table.name} has no CPU twins: {table.twinless}. Run it on a GPU without --twins, or "
@@ -224,8 +220,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/reproduce-{table.name}{'-twins' if args.twins else ''}")
     from contextlib import ExitStack
 
-    from obliviate import hub
-    from obliviate.preflight import without_device_checks
 
     with ExitStack() as stack:
         if args.plan:  # a plan for another machine: no check of this machine's devices, and no hub when none answers
@@ -242,7 +236,6 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
     started, seconds, failed = time.time(), [], 0
-    from obliviate.cli.unlearn import run_unlearn
 
     for i, (cfg, _) in enumerate(planned):
         row, run_dir = rows[i], Path(cfg.output_dir)

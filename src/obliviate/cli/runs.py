@@ -8,7 +8,11 @@ from typing import Any
 import yaml
 
 from obliviate.config import RunConfig, to_dict
+from obliviate.eval.metrics import metrics_markdown
+from obliviate.eval.score import parse_expr
+from obliviate.files import write_json
 from obliviate.modeling.sources import layer_count
+from obliviate.train.tracking import staging_dir, trackers
 
 
 def main_process() -> bool:
@@ -20,8 +24,6 @@ def main_process() -> bool:
 
 def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
     """obliviate.yaml, metrics.json and report.md (plus continual.md) of a run into `out`."""
-    from obliviate.eval.metrics import metrics_markdown
-    from obliviate.files import write_json
     from obliviate.report.markdown import console_table, write_report
 
     (out / "obliviate.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
@@ -43,7 +45,6 @@ def write_run(out: Path, cfg: Any, metrics: dict[str, Any], label: str) -> None:
 def tracking(cfg: Any, label: str) -> Any:
     """The trackers of a run command (train.report_to; None without), named after output_dir (else `label`), with
     the whole resolved config; without train.tracking_dir they write beside output_dir, see `keep_logs`."""
-    from obliviate.train.tracking import staging_dir, trackers
 
     return trackers(cfg.train, name=Path(cfg.output_dir).name or label, directory=staging_dir(cfg.output_dir),
                 config=cfg, staged=True)
@@ -61,7 +62,6 @@ def monitor(model: Any, tok: Any, source: str, cfg: RunConfig) -> Any:
     if ev.every_steps is None:
         return None
     from obliviate.eval.runner import load_eval_splits, quick_tofu
-    from obliviate.eval.score import parse_expr
     from obliviate.train.monitor import Monitor
 
     splits = load_eval_splits(ev.source or source, ev)

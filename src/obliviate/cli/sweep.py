@@ -6,6 +6,7 @@ import argparse
 
 from obliviate.cli import configured
 from obliviate.errors import ObliviateError
+from obliviate.sweep.run import run_sweep
 
 HELP = ("search each method's hyper-parameters (Optuna; one study per method, resumable, workers share a storage) "
         "and write the forget-utility comparison")
@@ -25,7 +26,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg is None:
         return 0
     configured.quiet_libraries()
-    from obliviate.sweep.run import run_sweep
 
     if args.max_trials is not None and args.max_trials < 1:
         raise ObliviateError(f"--max-trials must be >= 1, got {args.max_trials}")

@@ -6,9 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from obliviate.audit.run import audit_run_output
 from obliviate.cli import configured, runs
 from obliviate.config import RunConfig
+from obliviate.errors import ObliviateError
 from obliviate.preflight import check_method_layers, input_paths, preflight_unlearn
+from obliviate.publish import push
+from obliviate.receipt import attach_audit, model_hashes, write_receipt
 from obliviate.train.student import load_model, saveable
 
 HELP = "unlearn a forget split from a model, then evaluate it"
@@ -30,7 +34,6 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
     plan = preflight_unlearn(cfg)  # hub.push: the token and the hub are checked there, before any training
     forget, retain, source = plan.forget, plan.retain, cfg.data.source
     model, tok = load_model(cfg.model)
-    from obliviate.receipt import model_hashes, write_receipt
 
     theta0 = model_hashes(model)  # before training: `unlearn` trains the model in place
     n_layers = runs.model_layers(model)
@@ -78,8 +81,6 @@ def run_unlearn(cfg: RunConfig) -> dict[str, Any]:
 
 def _push_run(cfg: RunConfig) -> None:
     """hub.push: upload the saved output as `obliviate push` does; a failure says the run itself is saved."""
-    from obliviate.errors import ObliviateError
-    from obliviate.publish import push
 
     h = cfg.hub
     try:
@@ -92,8 +93,6 @@ def _push_run(cfg: RunConfig) -> None:
 
 def _audit_run(cfg: RunConfig) -> dict[str, Any]:
     """The run's own audit (audit.enabled): attacks on the saved model, the verdict added to its receipt.json."""
-    from obliviate.audit.run import audit_run_output
-    from obliviate.receipt import attach_audit
 
     res = audit_run_output(cfg.audit, cfg.output_dir, cfg.model.path, cfg.eval.source or cfg.data.source,
                            cfg.data.forget_split)

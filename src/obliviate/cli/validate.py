@@ -16,6 +16,9 @@ from obliviate.preflight import (
     preflight_unlearn,
     without_device_checks,
 )
+from obliviate.setups.world import DemoConfig, preflight_demo
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.run import plan_sweep
 
 HELP = ("check any command's config (unlearn, demo, finetune, eval, calibrate, sweep: keys, method, data, model "
         "files) with that command's own pre-flight, without training")
@@ -44,7 +47,6 @@ def validation_lines(cfg: Any) -> list[str]:
     """The pre-flight of the command that `cfg` configures (unlearn, finetune, eval, calibrate, either demo),
     without its output-directory checks: what that command would reject before any weights load."""
     from obliviate.setups.knowledge import KnowledgeDemoConfig, preflight_knowledge
-    from obliviate.setups.world import DemoConfig, preflight_demo
 
     if isinstance(cfg, RunConfig):
         return preflight_unlearn(cfg, need_output=False).lines
@@ -59,11 +61,8 @@ def validation_lines(cfg: Any) -> list[str]:
         return preflight_demo(cfg, need_output=False)
     if isinstance(cfg, KnowledgeDemoConfig):
         return preflight_knowledge(cfg, need_output=False)[1]
-    from obliviate.sweep.config import SweepConfig
 
     if isinstance(cfg, SweepConfig):
-        from obliviate.sweep.run import plan_sweep
-
         return plan_sweep(cfg).lines
     raise TypeError(f"no pre-flight for {type(cfg).__name__}")
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from obliviate.receipt import format_result, verify
+
 HELP = "recompute an unlearned model's hashes and compare them with its receipt.json"
 DESCRIPTION = ("Recompute the weight (and, with --data, the forget/retain row) hashes of a model directory and compare "
                "them with a receipt; exit 0 when all match, 1 when something differs, 2 on bad input.")
@@ -15,8 +17,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from obliviate.receipt import format_result, verify
-
     res = verify(args.receipt, args.model_dir, args.data)
     print(format_result(res))
     return 0 if res.ok else 1

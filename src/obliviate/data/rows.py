@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from obliviate.columns import FIELDS, Fields, check_fields  # noqa: F401 (re-exported)
 from obliviate.errors import DataError
+from obliviate.hub import require_hub
 
 Span = tuple[int, int]
 T = TypeVar("T")
@@ -223,7 +224,6 @@ def split_file(directory: Path, split: str) -> Path:
 
 def load_hub(repo_id: str, split: str, fields: Fields | None = None) -> list[QARow]:
     """Rows of config `split` of a hub dataset (e.g. locuslab/TOFU, forget10) via datasets.load_dataset."""
-    from obliviate.hub import require_hub
 
     require_hub(f"data source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 from obliviate.data.rows import read_records
 from obliviate.data.tokenize import Encoded
 from obliviate.errors import DataError
+from obliviate.hub import require_hub
 
 TEXT_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".txt")
 DEFAULT_MIN_TOKENS = 32
@@ -129,7 +130,6 @@ def split_source(directory: Path, split: str) -> Path:
 
 def load_hub_texts(repo_id: str, config: str | None, split: str, skipped: list[str] | None = None) -> list[str]:
     """Documents of `split` of hub dataset `repo_id` (config e.g. "raw") via datasets.load_dataset."""
-    from obliviate.hub import require_hub
 
     require_hub(f"data source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path

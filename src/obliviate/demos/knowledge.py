@@ -16,20 +16,29 @@ from typing import Any
 
 import torch
 
+from obliviate.audit.core import run_audit
 from obliviate.config import LoraSettings, MethodConfig, to_dict
+from obliviate.config.audit import AuditConfig
+from obliviate.demos.offline import forget_analysis, phases
+from obliviate.errors import ObliviateError
+from obliviate.eval.analysis import calibrate, default_layer_sets, entropy_by_layer
 from obliviate.eval.knowledge import (
     KNOWLEDGE_COLUMNS,
     KnowledgeSplit,
     evaluate_knowledge,
     family_table,
 )
+from obliviate.files import write_json
+from obliviate.modeling.load import atomic_dir
 from obliviate.modeling.teacher import Teacher
+from obliviate.report.html import write_html
+from obliviate.report.markdown import calibration_table, console_table, write_report
 from obliviate.setups.knowledge import KnowledgeDemoConfig, preflight_knowledge, probe_and_split, write_groups
+from obliviate.train.student import load_model, student_copy
+from obliviate.train.unlearn import unlearn
 
 
 def _calibration(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
-    from obliviate.eval.analysis import calibrate, default_layer_sets
-
     c = cfg.calibrate
     sets = c.layer_sets if c.layer_sets is not None else default_layer_sets(model.config.num_hidden_layers)
     return calibrate(model, tok, rows, [float(t) for t in c.taus], sets, functional_budget=c.functional_budget,
@@ -38,7 +47,6 @@ def _calibration(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> 
 
 def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) -> tuple[dict | None, dict[str, Any]]:
     """(calibration result, the τ/layers for `tau: auto`) — no sweep when no method asks for it."""
-    from obliviate.errors import ObliviateError
 
     if not cfg.needs_calibration():
         return None, Teacher().as_args()
@@ -53,9 +61,6 @@ def _auto_setting(model: Any, tok: Any, rows: list, cfg: KnowledgeDemoConfig) ->
 def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: MethodConfig,
                           cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """One method from θ0: train a student, evaluate it, analyse its forget answers."""
-    from obliviate.demos.offline import forget_analysis
-    from obliviate.train.student import student_copy
-    from obliviate.train.unlearn import unlearn
 
     torch.manual_seed(cfg.seed)
     student = student_copy(model, cfg.model)
@@ -76,8 +81,6 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
 def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: KnowledgeDemoConfig) -> dict[str, Any]:
     """`obliviate audit` of one unlearned student on the known facts: the forget family as the forget rows, the
     retain facts for the few-shot prompt and the relearning control, the held-out facts as MIA non-members."""
-    from obliviate.audit.core import run_audit
-    from obliviate.config.audit import AuditConfig
 
     kc = cfg.knowledge
     acfg = AuditConfig(max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size, max_length=cfg.max_length,
@@ -88,11 +91,6 @@ def _audit(student: Any, model: Any, tok: Any, split: KnowledgeSplit, cfg: Knowl
 
 
 def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: KnowledgeSplit) -> None:
-    from obliviate.files import write_json
-    from obliviate.modeling.load import atomic_dir
-    from obliviate.report.html import write_html
-    from obliviate.report.markdown import write_report
-
     with atomic_dir(cfg.output_dir, cfg.overwrite) as out:
         write_groups(out / "facts", split)
         write_json(out / "results.json", results)
@@ -102,10 +100,6 @@ def _write_results(cfg: KnowledgeDemoConfig, results: dict[str, Any], split: Kno
 
 def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, Any]:
     """Probe, group, (calibrate,) unlearn every method, evaluate, and write the results directory."""
-    from obliviate.demos.offline import phases
-    from obliviate.eval.analysis import entropy_by_layer
-    from obliviate.report.markdown import calibration_table, console_table
-    from obliviate.train.student import load_model
 
     t0 = time.perf_counter()
     facts, _ = preflight_knowledge(cfg)

@@ -12,7 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from obliviate.config import MethodConfig, to_dict
+from obliviate.audit.run import load_audit_data, write_audit
+from obliviate.config import DataConfig, MethodConfig, ModelConfig, RunConfig, to_dict
+from obliviate.config.audit import AuditConfig
+from obliviate.data.synthetic import make_world, write_world
+from obliviate.files import write_json
+from obliviate.modeling.teacher import Teacher
+from obliviate.receipt import model_hashes, write_receipt
+from obliviate.receipt.card import BaseFacts, base_facts
 from obliviate.setups.world import DemoConfig, cpu_kernels, eval_config, preflight_demo, threads, train_models
 
 # torch and everything built on it are imported inside the functions that run the demo, so that the CLI
@@ -50,7 +57,6 @@ def demo_claims(runs: dict[str, Any]) -> list[tuple[str, bool]]:
 def card_config(cfg: DemoConfig, name: str, method: MethodConfig) -> Any:
     """The run config an `obliviate unlearn` of the demo's target with `method` would have: what the receipt and
     model card of the demo's unlearned model `name` record (paths as the demo's output directory names them)."""
-    from obliviate.config import DataConfig, ModelConfig, RunConfig
 
     p, out = cfg.world.forget_percent, Path(cfg.output_dir)
     data = DataConfig(source=str(out / "world"), forget_split=f"forget{p:02d}", retain_split=f"retain{100 - p:02d}",
@@ -62,7 +68,6 @@ def card_config(cfg: DemoConfig, name: str, method: MethodConfig) -> Any:
 def card_base(cfg: DemoConfig) -> Any:
     """The base model and licence the cards of the demo's unlearned models declare: the pretrained model's when the
     demo starts from one (`base_model`), else none: the tiny model is trained here from scratch."""
-    from obliviate.receipt.card import BaseFacts, base_facts
 
     if cfg.base_model:
         facts = base_facts(cfg.base_model)
@@ -78,7 +83,6 @@ def forget_analysis(target: Any, student: Any, tok: Any, rows: list, method: Met
     answers, and attention entropy per layer (ASU paper's analyses; obliviate.eval.analysis)."""
     from obliviate.eval.analysis import compare_models, entropy_by_layer
     from obliviate.modeling.smoothing import smoothed_teacher
-    from obliviate.modeling.teacher import Teacher
 
     shift = compare_models(target, student, tok, rows, max_length=ml)
     out = {"token_shift": asdict(shift) | {"selectivity": shift.selectivity},
@@ -96,8 +100,6 @@ def _audit(student: Any, target: Any, retain_model: Any, tok: Any, world_dir: Pa
            log: Any) -> dict[str, Any]:
     """`obliviate audit` of one unlearned model on the world (target = 100%, retain model = 0%); reports in `out`."""
     from obliviate.audit.core import run_audit
-    from obliviate.audit.run import load_audit_data, write_audit
-    from obliviate.config.audit import AuditConfig
 
     cfg = AuditConfig(data=str(world_dir), forget_split=f"forget{p:02d}")
     forget, retain, holdout, notes = load_audit_data(cfg)
@@ -133,13 +135,10 @@ def _run_demo(cfg: DemoConfig, log: Any) -> dict[str, Any]:
     """The demo's body (run_demo fixes the thread count around it)."""
     import torch
 
-    from obliviate.data.synthetic import make_world, write_world
     from obliviate.eval.analysis import entropy_by_layer
     from obliviate.eval.runner import evaluate_model, forget_truth_ratios, load_eval_splits
-    from obliviate.files import write_json
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.load import atomic_dir, save_model
-    from obliviate.receipt import model_hashes, write_receipt
     from obliviate.report.html import write_html
     from obliviate.report.markdown import console_table, write_report
     from obliviate.train.unlearn import unlearn

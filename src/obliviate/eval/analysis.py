@@ -18,6 +18,10 @@ import torch
 
 from obliviate.data.rows import QARow
 from obliviate.data.tokenize import collate, encode_qa, has_chat_template, pad_id
+from obliviate.errors import ConfigError
+from obliviate.eval.fluency import is_degenerate
+from obliviate.eval.generate import generate_answers
+from obliviate.eval.tofu import fact_recall, rouge_recall
 from obliviate.modeling import chat
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.smoothing import attention_entropy, smoothed_teacher
@@ -137,7 +141,6 @@ def layer_windows(n_layers: int, widths: Sequence[int], starts: int) -> list[lis
     """Contiguous windows [s, s + w) for each width w, at `starts` start layers spread evenly from 0 to n − w
     (fewer when that range has fewer), shallow first: the teacher map's layer axis (across the depth, not only
     prefixes). A width outside 1..n_layers is a ConfigError."""
-    from obliviate.errors import ConfigError
 
     bad = [w for w in widths if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= n_layers]
     if bad or not widths or starts < 1:
@@ -155,7 +158,6 @@ def layer_windows(n_layers: int, widths: Sequence[int], starts: int) -> list[lis
 def reply_recall(generations: Sequence[str], rows: Sequence[QARow]) -> tuple[float, str]:
     """How much of the answers a set of greedy replies recalls: fact recall (tofu.fact_recall) when the rows are
     annotated with facts, else mean ROUGE-L recall against the answer; (value, "fact" | "rougeL")."""
-    from obliviate.eval.tofu import fact_recall, rouge_recall
 
     facts = fact_recall(generations, rows)
     if facts is not None:
@@ -167,8 +169,6 @@ def replies_summary(model: Any, tokenizer: Any, rows: Sequence[QARow], max_new_t
                     batch_size: int = 32) -> dict[str, Any]:
     """Greedy replies of `model` to the rows' questions: recall (reply_recall), degenerate share (fluency) and the
     first two replies."""
-    from obliviate.eval.fluency import is_degenerate
-    from obliviate.eval.generate import generate_answers
 
     gens = generate_answers(model, tokenizer, [r.question for r in rows], max_new_tokens=max_new_tokens,
                             batch_size=batch_size, desc="teacher replies")

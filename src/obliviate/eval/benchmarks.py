@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Callable
 
+from obliviate.config import EvalRunConfig, build
 from obliviate.registry import Registry
 
 
@@ -41,7 +42,6 @@ class BenchmarkSpec:
         benchmark brings its own settings class)."""
         if self.settings_class is None:
             return getattr(cfg, self.section)
-        from obliviate.config import build
 
         return build(resolve(self.settings_class), cfg.sections.get(self.section) or {}, f"sections.{self.section}.")
 
@@ -61,7 +61,6 @@ def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
         import dataclasses
         import typing
 
-        from obliviate.config import EvalRunConfig
 
         own = sorted(k for k, tp in typing.get_type_hints(EvalRunConfig).items()
                      if dataclasses.is_dataclass(tp) and k != "model")

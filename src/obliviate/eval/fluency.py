@@ -25,6 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from obliviate.eval.generate import batched_avg_loss
+
 WORD = re.compile(r"\w+")
 MAX_RUN = 3
 DEGENERATE_REPETITION = 0.5
@@ -97,7 +99,6 @@ def fluency_summary(generations: Sequence[str], tokenizer: Any | None = None) ->
 def generation_perplexity(model: Any, tokenizer: Any, questions: Sequence[str], generations: Sequence[str], *,
                           batch_size: int = 32, max_length: int = 256) -> float | None:
     """exp(mean avg_loss(q, g)) of the non-empty generations under `model`; None if all are empty."""
-    from obliviate.eval.generate import batched_avg_loss  # torch only on this path
 
     if len(questions) != len(generations):
         raise ValueError(f"generation_perplexity: {len(questions)} questions but {len(generations)} generations")

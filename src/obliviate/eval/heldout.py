@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from obliviate.errors import ConfigError
+from obliviate.eval.score import with_forget_score
 
 
 def check_share(share: float) -> float:
@@ -47,7 +48,6 @@ def part(evaluation: Mapping[str, Any], held_out: set[str], report: bool) -> tup
     """(metrics, rows) of an evaluation on its report part (report=True) or its selection part: every metric with
     per-row values recomputed on that part's rows (None when the part has none), the other numbers as they are;
     texts and tables (generations, the rows themselves) are left out."""
-    from obliviate.eval.score import with_forget_score
 
     rows, ids = evaluation.get("rows") or {}, evaluation.get("row_ids") or {}
     metrics: dict[str, Any] = {k: v for k, v in evaluation.items()

@@ -31,6 +31,9 @@ import numpy as np
 
 from obliviate.data.rows import QARow, parse_file
 from obliviate.errors import DataError
+from obliviate.eval.fluency import fluency_summary, is_degenerate, repetition_rate, token_entropy
+from obliviate.eval.generate import batched_avg_loss, generate_answers
+from obliviate.eval.mcq import MCQItem
 from obliviate.eval.metrics import MetricInfo, register
 
 FAMILY_OF_TOFU = {"world_facts": "tofu_world_facts", "real_authors": "tofu_real_authors"}
@@ -284,7 +287,6 @@ def split_known(facts: Sequence[Fact], replies: Sequence[str], *, forget_familie
 def mcq_items(facts: Sequence[Fact], pool: Sequence[Fact], seed: int = 0) -> list[Any]:
     """4-way items: the gold answer and 3 distractors (the fact's own, else other answers of its family
     in `pool`), the gold's position drawn per item; facts with fewer than 3 distinct distractors are skipped."""
-    from obliviate.eval.mcq import MCQItem
 
     rng = random.Random(seed)
     by_family: dict[str, list[str]] = {}
@@ -352,8 +354,6 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
 
     `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole). `replies`
     (fact id -> greedy reply, e.g. the probe's replies of the same model) skips generating them again."""
-    from obliviate.eval.fluency import fluency_summary, is_degenerate, repetition_rate, token_entropy
-    from obliviate.eval.generate import generate_answers
 
     groups = split.max_eval_groups(max_eval)
     facts = [f for g in groups.values() for f in g]
@@ -406,7 +406,6 @@ def option_sentences(item: Any, row: QARow) -> list[str]:
 def option_correct(model: Any, tokenizer: Any, items: Sequence[Any], rows: Sequence[QARow], *,
                    batch_size: int = 32, max_length: int = 256) -> list[float]:
     """Per item, 1.0 when the right option wins (option_accuracy's rule), else 0.0: [N]."""
-    from obliviate.eval.generate import batched_avg_loss
 
     pairs = [(it.question, text) for it, row in zip(items, rows) for text in option_sentences(it, row)]
     loss = batched_avg_loss(model, tokenizer, pairs, batch_size=batch_size, max_length=max_length).reshape(-1, 4)

@@ -24,6 +24,7 @@ from obliviate.data.tokenize import Encoded, collate, pad_id
 from obliviate.errors import DataError, ObliviateError
 from obliviate.eval.generate import chunks, eval_mode, length_order, model_device
 from obliviate.eval.metrics import MetricInfo, register
+from obliviate.hub import require_hub
 from obliviate.modeling.logprobs import IGNORE_INDEX, forward_stats
 
 Target = Literal["letter", "text"]
@@ -105,7 +106,6 @@ def load_mcq_file(path: str | Path) -> list[MCQItem]:
 
 def load_mcq_hub(repo_id: str, config: str, split: str = "test") -> list[MCQItem]:
     """Items of a hub dataset: e.g. ("cais/wmdp", "wmdp-bio"), ("cais/wmdp", "wmdp-cyber"), ("cais/mmlu", "all")."""
-    from obliviate.hub import require_hub
 
     require_hub(f"MCQ source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path

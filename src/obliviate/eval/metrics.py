@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from obliviate.registry import load_plugins
+
 
 @dataclass(frozen=True)
 class MetricInfo:
@@ -37,7 +39,6 @@ def register(benchmark: str, table: Mapping[str, MetricInfo]) -> dict[str, Metri
 def metric_infos(*benchmarks: str) -> dict[str, MetricInfo]:
     """Every declared metric (or only those of `benchmarks`): the built-in tables in DECLARING order, then any other
     module's (a plugin's, imported through the entry-point group obliviate.plugins) in the order they registered."""
-    from obliviate.registry import load_plugins
 
     for module in DECLARING:
         importlib.import_module(f"obliviate.eval.{module}")

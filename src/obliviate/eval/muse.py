@@ -41,6 +41,7 @@ from obliviate.eval.generate import greedy_ids
 from obliviate.eval.memorization import privleak, privleak_auc  # one definition, shared with TOFU
 from obliviate.eval.metrics import MetricInfo, register
 from obliviate.eval.mia import DEFAULT_K, document_logp, min_k_score
+from obliviate.hub import require_hub
 
 MUSE_METRICS: dict[str, MetricInfo] = register("muse", {m.name: m for m in (
     MetricInfo("verbmem_forget", False, 1, "mean ROUGE-L F1, greedy continuation of forget passages vs the true one"),
@@ -291,8 +292,6 @@ def _local_records(root: Path, name: str) -> list[tuple[str, Any]] | None:
 
 
 def _hub_records(repo_id: str) -> dict[str, list[tuple[str, Any]] | None]:
-    from obliviate.hub import require_hub
-
     require_hub(f"MUSE source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 

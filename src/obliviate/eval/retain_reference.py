@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from obliviate.errors import DataError
+from obliviate.eval.tofu import reference_forget_rows
 
 KEY = "forget_truth_ratio"
 LAYOUT = '{"forget_truth_ratio": {"agg_value": ..., "value_by_index": {"0": {"score": <truth ratio>}, ...}}, ...}'
@@ -112,6 +113,5 @@ def retain_reference_privleak_auc(path: str | Path) -> float | None:
 def retain_reference_truth_ratios(cfg: Any, splits: dict[str, list]) -> np.ndarray:
     """The forget truth ratios eval.retain_reference gives for the loaded evaluation `splits` (pre-flight and
     evaluation both call it): the forget split must be there and give truth ratios of its own."""
-    from obliviate.eval.tofu import reference_forget_rows
 
     return load_retain_reference(cfg.retain_reference, len(reference_forget_rows(splits, "eval.retain_reference")))

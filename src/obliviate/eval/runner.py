@@ -7,10 +7,28 @@ from typing import Any
 
 import numpy as np
 
-from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig
+from obliviate.config import EvalConfig, McqEvalConfig, MuseEvalConfig, RwkuEvalConfig, need
 from obliviate.data.rows import Fields, QARow, load_split
 from obliviate.errors import DataError
-from obliviate.eval.tofu import SplitResult, correct_answers, evaluate_tofu, perturbed_count, split_losses, truth_ratio
+from obliviate.eval.closer_look import PROTOCOL_MAX_LENGTH, PROTOCOL_ROWS, evaluate_closer_look, load_closer_look_models
+from obliviate.eval.mcq import load_mcq, mcq_accuracy, metric_name, run_lm_eval
+from obliviate.eval.memorization import forget_memorization, memorization_from_scores
+from obliviate.eval.metrics import metric_infos
+from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
+from obliviate.eval.muse import evaluate_muse, load_muse, muse_min_k_auc
+from obliviate.eval.retain_reference import retain_reference_privleak_auc, retain_reference_truth_ratios
+from obliviate.eval.rwku import evaluate_rwku, load_rwku
+from obliviate.eval.tofu import (
+    SplitResult,
+    correct_answers,
+    evaluate_tofu,
+    perturbed_count,
+    reference_forget_rows,
+    split_losses,
+    truth_ratio,
+)
+from obliviate.modeling import chat
+from obliviate.modeling.load import load_pretrained
 
 SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}
@@ -20,7 +38,6 @@ def row_cap(cfg: EvalConfig) -> int | None:
     """Rows evaluated per split: max_examples; under protocol closer_look at most 300 (the authors' ds_size)."""
     if cfg.protocol != "closer_look":
         return cfg.max_examples
-    from obliviate.eval.closer_look import PROTOCOL_ROWS
 
     return min(PROTOCOL_ROWS, cfg.max_examples or PROTOCOL_ROWS)
 
@@ -30,7 +47,6 @@ def length_limits(cfg: EvalConfig, max_length: int) -> tuple[int, int | None]:
     200 tokens of prompt + answer (the authors' generation max_length); otherwise (max_length, None)."""
     if cfg.protocol != "closer_look":
         return max_length, None
-    from obliviate.eval.closer_look import PROTOCOL_MAX_LENGTH
 
     return min(max_length, PROTOCOL_MAX_LENGTH), PROTOCOL_MAX_LENGTH
 
@@ -88,7 +104,6 @@ def quick_tofu(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], rows:
                max_length: int = 256) -> dict[str, Any]:
     """The cheap evaluation during training: TOFU's metrics of the first `rows` forget and retain rows (greedy
     ROUGE-L, truth ratio, Prob, fact recall, fluency), no memorisation or MIA passes."""
-    from obliviate.eval.tofu import evaluate_tofu
 
     part = {k: splits[k][:rows] for k in ("forget", "retain") if splits.get(k)}
     return evaluate_tofu(model, tokenizer, part, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.rows,
@@ -97,7 +112,6 @@ def quick_tofu(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], rows:
 
 def tofu_metric_names() -> set[str]:
     """Every metric a TOFU evaluation can report (the names objectives and keep-best scores may read)."""
-    from obliviate.eval.metrics import metric_infos
 
     return set(metric_infos("tofu", "memorization", "mia", "closer_look")) | {
         "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
@@ -107,8 +121,6 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
                   retain_model: Any, max_length: int, notes: list[str], fields: Fields | None = None) -> dict[str, Any]:
     """ES/EM of the forget answers; with a holdout split also PrivLeak and the MIA AUCs. One scoring
     pass per model over forget + holdout serves every one of these metrics."""
-    from obliviate.eval.memorization import forget_memorization, memorization_from_scores
-    from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
 
     kw = {"batch_size": cfg.rows, "max_length": max_length, "token_rule": cfg.token_rule}
     if not (cfg.holdout_split and source):
@@ -123,8 +135,6 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
     ref = token_scores(retain_model, tokenizer, items, moments=False, **kw) if retain_model is not None else None
     auc_retrain = None
     if ref is None and cfg.retain_reference:  # the retain model's log holds its Min-K% AUC, as for forget quality
-        from obliviate.eval.retain_reference import retain_reference_privleak_auc
-
         auc_retrain = retain_reference_privleak_auc(cfg.retain_reference)
         if auc_retrain is not None:
             notes.append(f"privleak's AUC_retrain = 1 - mia_min_k of {cfg.retain_reference} = {auc_retrain:.6g}")
@@ -136,8 +146,6 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
 
 def _closer_look(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], results: dict[str, SplitResult],
                  cfg: EvalConfig, max_length: int, notes: list[str]) -> dict[str, Any]:
-    from obliviate.eval.closer_look import evaluate_closer_look, load_closer_look_models
-
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     models = load_closer_look_models(cfg.embedding_model, cfg.nli_model, local_files_only=offline)
     cl = evaluate_closer_look(model, tokenizer, splits, models=models, tofu_results=results,
@@ -152,8 +160,6 @@ def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[s
     PrivLeak scores whole documents (windowed past muse.privleak_window), as MUSE's code does."""
     from functools import partial
 
-    from obliviate.eval.muse import evaluate_muse, load_muse, muse_min_k_auc
-    from obliviate.modeling.load import load_pretrained
 
     if not cfg.source:
         raise DataError("muse.source is not set; give a MUSE directory or hub id (muse.source=muse-bench/MUSE-News)")
@@ -178,7 +184,6 @@ def evaluate_mcq_run(model: Any, tokenizer: Any, cfg: McqEvalConfig) -> dict[str
     """Native 4-way accuracy on the configured data, plus lm-eval tasks when asked for."""
     from pathlib import Path
 
-    from obliviate.eval.mcq import load_mcq, mcq_accuracy, metric_name, run_lm_eval
 
     out: dict[str, Any] = {"notes": []}
     if cfg.source:
@@ -203,7 +208,6 @@ def evaluate_mcq_run(model: Any, tokenizer: Any, cfg: McqEvalConfig) -> dict[str
 
 def evaluate_rwku_run(model: Any, tokenizer: Any, cfg: RwkuEvalConfig) -> dict[str, Any]:
     """RWKU forget / neighbour probes scored by ROUGE-L recall."""
-    from obliviate.eval.rwku import evaluate_rwku, load_rwku
 
     probes = load_rwku(cfg.source, list(cfg.levels), subject=cfg.subject)
     if cfg.max_examples:
@@ -218,10 +222,6 @@ def evaluate_tofu_run(model: Any, tok: Any, source: str, cfg: Any, max_length: i
     """TOFU evaluation on the configured splits (loaded here unless the pre-flight already did); eval.retain_model
     gives forget quality, PrivLeak's retrained reference and the MIA reference model; eval.retain_reference (a retain
     model's evaluation log) gives forget quality alone."""
-    from obliviate.eval.retain_reference import retain_reference_truth_ratios
-    from obliviate.eval.tofu import reference_forget_rows
-    from obliviate.modeling import chat
-    from obliviate.modeling.load import load_pretrained
 
     splits = load_eval_splits(source, cfg, fields) if splits is None else splits
     retain_tr = retain_model = None
@@ -247,7 +247,6 @@ def evaluate_tofu_run(model: Any, tok: Any, source: str, cfg: Any, max_length: i
 def reference_line(ev: Any, splits: dict[str, list]) -> str:
     """eval.retain_reference: the forget split gives truth ratios and the log holds one per row (a line for
     `validate`)."""
-    from obliviate.eval.retain_reference import retain_reference_truth_ratios
 
     n = len(retain_reference_truth_ratios(ev, splits))
     return f"eval retain reference: {ev.retain_reference} ({n} forget truth ratios)"
@@ -257,7 +256,6 @@ def reference_line(ev: Any, splits: dict[str, list]) -> str:
 
 def preflight_tofu(cfg: Any) -> tuple[dict[str, list], list[str]]:
     """TOFU before the model loads: the splits (kept for the run) and their sizes; the retain log checked."""
-    from obliviate.config import need
 
     source = need(cfg.eval.source or "", "eval.source", "<data dir or hub id>")
     splits = load_eval_splits(source, cfg.eval)

@@ -26,6 +26,7 @@ from obliviate.errors import DataError
 from obliviate.eval.generate import generate_answers
 from obliviate.eval.metrics import MetricInfo, register
 from obliviate.eval.tofu import rouge_recall
+from obliviate.hub import require_hub
 
 HUB_ID = "jinzhuoran/RWKU"
 FORGET_LEVELS: tuple[str, ...] = ("forget_level1", "forget_level2", "forget_level3")
@@ -109,8 +110,6 @@ def target_from_record(rec: Any, where: str) -> UnlearnTarget:
 
 # ---------------------------------------------------------------- loading
 def _hub_records(repo_id: str, config: str, split: str) -> list[tuple[str, Any]]:
-    from obliviate.hub import require_hub
-
     require_hub(f"RWKU source {repo_id!r}")  # seconds, not minutes of retries, when offline
     import datasets  # heavy import, only on this path
 

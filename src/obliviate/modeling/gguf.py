@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.files import file_sha256
+from obliviate.files import current_umask, file_sha256
+from obliviate.modeling.tokenizer_files import save_tokenizer
+from obliviate.progress import phase
 
 MARKER = "obliviate-gguf.json"
 
@@ -180,9 +182,6 @@ def convert(file: Path, target: Path, log: Any = print) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(f"converting {file.name} to float32 safetensors in {target} (once; later loads reuse it)")
-    from obliviate.files import current_umask
-    from obliviate.modeling.tokenizer_files import save_tokenizer
-    from obliviate.progress import phase
 
     with phase(f"converting {file.name} (read and dequantise, write, hash)", 3) as advance:
         model, tok = _read_gguf(file)

@@ -14,6 +14,7 @@ import torch
 from obliviate import files
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.modeling import chat, sources
+from obliviate.modeling.gguf import resolve_gguf
 from obliviate.modeling.tokenizer_files import save_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,7 +34,6 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """AutoTokenizer from a local directory or hub id; pad token falls back to EOS."""
     from transformers import AutoTokenizer
 
-    from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
     sources.check_tokenizer_source(path, "tokenizer")
@@ -80,7 +80,6 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     `load_in_4bit`, its weights in 4-bit NF4 on the GPU (`four_bit_config`)."""
     from transformers import AutoModelForCausalLM
 
-    from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
     sources.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly
@@ -133,7 +132,6 @@ def choose_attn_implementation(path: str, requested: str, *, trust_remote_code: 
 
 def load_pretrained(path: str, tokenizer: str | None = None, **kw: Any) -> tuple[Any, Any]:
     """(model, tokenizer) from one path (tokenizer from `tokenizer` when given); GGUF sources convert once."""
-    from obliviate.modeling.gguf import resolve_gguf
 
     path = resolve_gguf(path)
     model = load_model(path, **kw)  # first: its error says what a model directory needs

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from obliviate.config import to_dict
 from obliviate.errors import ObliviateError
 from obliviate.files import write_json_atomic
+from obliviate.receipt.card import model_card
 from obliviate.receipt.digests import (
     CARD_NAME,
     HASHING,
@@ -74,7 +76,6 @@ def utc_now() -> str:
 def build_receipt(cfg: Any, tokenizer: Any, forget: Sequence[Any], retain: Sequence[Any], theta0: Mapping[str, Any],
                   final: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The receipt of an `unlearn` run (without the other files' digests, which `write_receipt` adds)."""
-    from obliviate.config import to_dict
     from obliviate.train.unlearn import resolve_method
 
     config, resolved = to_dict(cfg), resolve_method(cfg.method).settings()  # defaults filled in
@@ -109,7 +110,6 @@ def write_receipt(out: Path, cfg: Any, tokenizer: Any, forget: Sequence[Any], re
     """Hash the saved weights of `out`, write the model card and receipt.json into it; return the receipt.
     `base`: the card's `BaseFacts` when the caller knows them better than `cfg.model.path` says (the demo);
     `audit`: an audit verdict already known (the demo audits before it writes), else `attach_audit` adds it later."""
-    from obliviate.receipt.card import model_card
 
     receipt = build_receipt(cfg, tokenizer, forget, retain, theta0, dir_hashes(out), metrics)
     receipt["audit"] = dict(audit) if audit else None

@@ -15,7 +15,9 @@ from typing import Any, Mapping, Sequence
 
 from obliviate import hub
 from obliviate.data.rows import builtin_dir
+from obliviate.eval.metrics import metric_infos, metrics_markdown
 from obliviate.modeling.gguf import ALIASES, is_gguf_source
+from obliviate.modeling.sources import hub_cached_file
 
 TASK = "text-generation"
 TAGS = ("unlearning", "obliviate")
@@ -76,8 +78,6 @@ def base_facts(source: str) -> BaseFacts:
         note = (f"{where}; base model `{base}` as its own card declares it" if base else
                 f"{where} whose card names no base model, so this card declares none")
     elif _is_hub_id(source) and not is_gguf_source(source):
-        from obliviate.modeling.sources import hub_cached_file
-
         base = source
         _, lic = _own_card(hub_cached_file(source, "README.md"))
         lic = lic or _config_license(hub_cached_file(source, "config.json"))
@@ -128,7 +128,6 @@ def eval_results(receipt: Mapping[str, Any], after: Mapping[str, Any] | None) ->
         return []
     from huggingface_hub import EvalResult
 
-    from obliviate.eval.metrics import metric_infos
 
     config = receipt["config"]
     source, section = _eval_source(config)
@@ -212,7 +211,6 @@ def _measured(after: Mapping[str, Any] | None) -> list[str]:
     """The after-metrics table with each metric's direction, version and definition, or why there is none."""
     if not after:
         return ["Not evaluated (eval.enabled=false, or no evaluation data for this format)."]
-    from obliviate.eval.metrics import metrics_markdown
 
     table = metrics_markdown(after, title="after").splitlines()[2:]  # drop the title
     return ["Metrics of the unlearned model (the run's own evaluation; the starting model was not "

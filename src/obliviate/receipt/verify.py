@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from obliviate.data.splits import load_data
 from obliviate.errors import ObliviateError
 from obliviate.files import file_sha256
 from obliviate.receipt.build import load_receipt
@@ -100,7 +101,6 @@ def _compare_side(side: str, record: Mapping[str, Any], rows: Sequence[Any], dig
 
 def _verify_data(receipt: Mapping[str, Any], model_dir: Path, source: str) -> list[Difference]:
     """Re-encode the receipt's forget and retain splits from `source` with the model's tokenizer and compare."""
-    from obliviate.data.splits import load_data
     from obliviate.modeling.load import load_tokenizer
 
     try:

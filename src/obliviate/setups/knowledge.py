@@ -9,6 +9,9 @@ from typing import Any
 
 from obliviate.config import MethodConfig, ModelConfig, TrainConfig, build, section
 from obliviate.config.fields import require, setting
+from obliviate.data.rows import load_split, write_jsonl
+from obliviate.errors import ConfigError
+from obliviate.eval.generate import generate_answers
 from obliviate.eval.knowledge import (
     FAMILY_OF_TOFU,
     Fact,
@@ -19,7 +22,11 @@ from obliviate.eval.knowledge import (
     split_known,
     unique_questions,
 )
+from obliviate.files import check_output_dir
+from obliviate.modeling.sources import check_model_source, layer_count, model_config
 from obliviate.modeling.teacher import Teacher
+from obliviate.preflight import check_method_layers
+from obliviate.train.unlearn import resolve_method
 
 AUTO = "auto"  # forget_args tau value: take τ and layers from the calibration sweep
 
@@ -100,8 +107,6 @@ def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
     """The built-in (or given) facts plus the configured TOFU splits."""
     facts = load_facts(cfg.facts)
     if cfg.tofu_source:
-        from obliviate.data.rows import load_split
-
         for split in cfg.tofu_splits:
             facts += facts_from_rows(load_split(cfg.tofu_source, str(split)), FAMILY_OF_TOFU.get(str(split), str(split)))
     return first_per_family(unique_questions(facts), cfg.max_per_family)
@@ -109,7 +114,6 @@ def probe_facts(cfg: KnowledgeSettings) -> list[Fact]:
 
 def probe_and_split(model: Any, tok: Any, facts: list[Fact], cfg: KnowledgeDemoConfig) -> tuple[list[str], KnowledgeSplit]:
     """θ0's greedy replies to every fact, and the known facts grouped (forget, neighbours, retain, held out)."""
-    from obliviate.eval.generate import generate_answers
 
     kc = cfg.knowledge
     replies = generate_answers(model, tok, [f.question for f in facts], max_new_tokens=kc.max_new_tokens,
@@ -121,7 +125,6 @@ def probe_and_split(model: Any, tok: Any, facts: list[Fact], cfg: KnowledgeDemoC
 
 def write_groups(directory: Path, split: KnowledgeSplit) -> None:
     """The groups' training rows as <group>.jsonl (so `obliviate calibrate source=DIR split=forget` works)."""
-    from obliviate.data.rows import write_jsonl
 
     directory.mkdir(parents=True, exist_ok=True)
     for name in split.groups():
@@ -130,8 +133,6 @@ def write_groups(directory: Path, split: KnowledgeSplit) -> None:
 
 def _checked_facts(cfg: KnowledgeDemoConfig) -> list[Fact]:
     """The facts to probe; unknown families and bad methods fail here, before the model loads."""
-    from obliviate.errors import ConfigError
-    from obliviate.train.unlearn import resolve_method
 
     facts = probe_facts(cfg.knowledge)
     families = sorted({f.family for f in facts})
@@ -147,9 +148,6 @@ def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -
     """Checks of the real-model demo before the model loads (also `obliviate validate`): the output directory,
     the facts and TOFU splits, the forget families, every method, the model source; (the facts, lines for
     `validate`)."""
-    from obliviate.errors import ConfigError
-    from obliviate.files import check_output_dir
-    from obliviate.modeling.sources import check_model_source, layer_count, model_config
 
     if need_output or cfg.output_dir:
         check_output_dir(cfg.output_dir, cfg.overwrite)
@@ -157,9 +155,6 @@ def preflight_knowledge(cfg: KnowledgeDemoConfig, *, need_output: bool = True) -
     model_line = "model: " + check_model_source(cfg.model.path, "model.path")
     n_layers = layer_count(model_config(cfg.model.path))
     if n_layers is not None:  # every method's layers exist in the model (the GGUF header counts them too)
-        from obliviate.preflight import check_method_layers
-        from obliviate.train.unlearn import resolve_method
-
         for name, method in cfg.method_configs(Teacher().as_args()).items():
             try:
                 check_method_layers(method, resolve_method(method), n_layers)

@@ -13,6 +13,9 @@ from typing import Any, Iterator
 
 from obliviate.config import EvalConfig, MethodConfig, TinyConfig, TrainConfig, build, section, to_dict
 from obliviate.config.fields import require, setting
+from obliviate.data.synthetic import corpus_texts, make_world, write_world
+from obliviate.files import check_output_dir
+from obliviate.modeling.sources import check_layer_indices, check_model_source
 
 # torch and everything built on it are imported inside the functions that train, so that the CLI checks a config
 # (unknown keys, bad values) without loading them.
@@ -66,8 +69,6 @@ class DemoConfig:
         require(not reserved, "methods", sorted(reserved), "named other than 'retain' and 'target'")
         methods = self.method_configs()  # every method section is checked now, with its key in the message
         if not self.base_model:  # the tiny model's depth is known now: ASU's layers must exist in it
-            from obliviate.modeling.sources import check_layer_indices
-
             for name, method in methods.items():
                 if isinstance(method.forget_args.get("layers"), list):
                     check_layer_indices(method.forget_args["layers"], self.tiny.layers,
@@ -81,8 +82,6 @@ class DemoConfig:
 def preflight_demo(cfg: DemoConfig, *, need_output: bool = True) -> list[str]:
     """Checks of `obliviate demo` before anything trains (also `obliviate validate`): the output directory, the
     base model's files, every method's objective, rule and hyper-parameters; lines for `validate`."""
-    from obliviate.files import check_output_dir
-    from obliviate.modeling.sources import check_model_source
     from obliviate.train.unlearn import resolve_method
 
     if need_output or cfg.output_dir:
@@ -135,7 +134,6 @@ def cpu_kernels() -> str:
 def train_models(cfg: DemoConfig, world: Any, log: Any) -> tuple[Any, Any, Any]:
     """(tokenizer, target, retain model): the retain model is trained on the retain split, then the target
     continues from it on the full split (module docstring); a base model replaces the tiny one."""
-    from obliviate.data.synthetic import corpus_texts
     from obliviate.modeling.frozen import frozen_copy
     from obliviate.modeling.tiny import tiny_llama, train_tokenizer
     from obliviate.train.unlearn import finetune
@@ -173,7 +171,6 @@ def world_models(cfg: DemoConfig, directory: Path, log: Any = print) -> tuple[An
 
     import torch
 
-    from obliviate.data.synthetic import make_world, write_world
     from obliviate.modeling.load import atomic_dir, load_pretrained, save_model
 
     settings = _model_settings(cfg)

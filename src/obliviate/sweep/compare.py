@@ -23,7 +23,13 @@ import yaml
 
 from obliviate.errors import ObliviateError
 from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
-from obliviate.eval.score import Bar, Expr, best_under_bar, pareto_front, with_forget_score
+from obliviate.eval.score import Bar, Expr, best_under_bar, nearest_to_bar, pareto_front, with_forget_score
+from obliviate.files import write_json_atomic
+from obliviate.report.html import load_results
+from obliviate.report.page import markdown_body, page
+from obliviate.report.plots import new_figure, png_bytes
+from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
+from obliviate.sweep.storage import STORAGE_FILE, open_storage
 
 Log = Callable[[str], None]
 
@@ -63,7 +69,6 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
     """Every trial of a sweep directory's studies (its sweep.yaml names the storage)."""
     import optuna
 
-    from obliviate.sweep.storage import STORAGE_FILE, open_storage
 
     cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8")) or {}
     if storage is None:
@@ -98,7 +103,6 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
 
 def _result_points(directory: Path) -> Collection:
     """A demo's results.json (every method; target / original as θ0) or a run's metrics.json (one point)."""
-    from obliviate.report.html import load_results
 
     results = load_results(directory)
     runs = results.get("runs") or {}
@@ -133,7 +137,6 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
 
 def _scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
     """The bar and axes: the sweep's own, else the track's defaults."""
-    from obliviate.sweep.tracks import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
 
     defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
     sweep = coll.sweep or {}
@@ -207,7 +210,6 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
 
-    from obliviate.report.plots import new_figure
 
     fig = new_figure(7.5, 5.0)
     ax = fig.add_subplot(1, 1, 1)
@@ -255,7 +257,6 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
 
 def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     """The evaluation-during-training score of the front's trials, one panel per method (None: no curves)."""
-    from obliviate.report.plots import new_figure
 
     methods = [m for m, pts in front.items() if any(p.curve for p in pts)]
     if not methods:
@@ -344,8 +345,6 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
                                "recipes": recipes}
     for b in bests:
         if b.point is None:
-            from obliviate.eval.score import nearest_to_bar
-
             mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]
             i = nearest_to_bar([p.metrics for p in mine], bar, coll.original)
             miss = "" if i is None else (f"nearest: {mine[i].name}, {_fmt(axes['forget'](mine[i].metrics))} / "
@@ -415,15 +414,12 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
 def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95) -> Path:
     """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
     check_level(level)
-    from obliviate.files import write_json_atomic
-    from obliviate.report.plots import png_bytes
 
     coll = collect(dirs, storage)
     if not coll.points:
         raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
     text, summary, figs = build_report(coll, level)
     out.mkdir(parents=True, exist_ok=True)
-    from obliviate.report.page import markdown_body, page
 
     html_page = page("obliviate compare", markdown_body(text, dict(figs)))
     for name, fig in figs:

@@ -25,11 +25,15 @@ import yaml
 
 from obliviate.config import MethodConfig, TrainConfig, build, to_dict
 from obliviate.errors import ConfigError, ObliviateError
-from obliviate.eval.score import Bar, Expr, parse_expr
+from obliviate.eval.score import Bar, Expr, nearest_to_bar, parse_expr
+from obliviate.files import check_output_dir, remove_path
+from obliviate.modeling.sources import check_layer_indices
+from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.defaults import parse_axes, parse_bar
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
-from obliviate.sweep.tracks import Track, load_base, make_track, parse_axes, parse_bar
+from obliviate.sweep.tracks import Track, load_base, make_track
 from obliviate.sweep.workers import WORKER, Heartbeat, counts, fail_stale, is_repeat, surplus
 
 Log = Callable[[str], None]
@@ -182,7 +186,6 @@ def as_recorded(previous: dict[str, Any]) -> dict[str, Any]:
 
 def prepare_output(cfg: SweepConfig) -> bool:
     """Create (or reuse, when it holds this very sweep) the output directory; True when resuming."""
-    from obliviate.files import check_output_dir, remove_path
 
     out = Path(cfg.output_dir)
     saved = out / CONFIG_FILE
@@ -284,7 +287,6 @@ def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) ->
     """Run one asked trial and tell the study its outcome; the outcome's name."""
     from optuna.trial import TrialState
 
-    from obliviate.progress import on_terminal
     from obliviate.train.monitor import StopRun
 
     track, cfg = plan.track, plan.cfg
@@ -363,7 +365,6 @@ def _best_trial(plan: SweepPlan, study: Any) -> Any:
     """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
     from optuna.trial import TrialState
 
-    from obliviate.eval.score import nearest_to_bar
 
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not is_repeat(t)]
     i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
@@ -423,7 +424,6 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         (0.5 if track.kind == "knowledge" else None)
     track.heldout_seed = cfg.seed
     track.prepare(log)
-    from obliviate.modeling.sources import check_layer_indices
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
         if d.key == "method.forget_args.layers":

@@ -22,9 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from obliviate.config import MethodConfig, TrainConfig, apply_overrides, build, read_yaml, to_dict
+from obliviate.config import (
+    LoraSettings,
+    MethodConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    build,
+    read_yaml,
+    to_dict,
+)
 from obliviate.errors import ConfigError
-from obliviate.eval.score import Bar, Expr, parse_expr
+from obliviate.eval.metrics import metric_infos
+from obliviate.eval.score import forget_score
+from obliviate.preflight import preflight_unlearn
+from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models
+from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, Defaults
+from obliviate.train.student import load_model, student_copy
 
 Log = Callable[[str], None]
 
@@ -54,32 +68,8 @@ def numbers(metrics: Mapping[str, Any]) -> dict[str, float | None]:
     return out
 
 
-@dataclass(frozen=True)
-class Defaults:
-    """What a track optimises and reports unless the sweep says otherwise."""
-
-    objectives: tuple[tuple[str, str], ...]  # (direction, expression)
-    forget: str
-    utility: str
-    fluency: str
-    keep: dict[str, float]
-    at_most: dict[str, float]
-
-
-KNOWLEDGE_DEFAULTS = Defaults((("minimize", "forget_score"), ("maximize", "min(neighbours_accuracy, retain_accuracy)")),
-                              "forget_score", "min(neighbours_accuracy, retain_accuracy)", "forget_degenerate_share",
-                              {"neighbours_accuracy": 0.9, "retain_accuracy": 0.9}, {"forget_degenerate_share": 0.1})
-DEMO_DEFAULTS = Defaults((("minimize", "forget_fact_recall"), ("maximize", "model_utility")), "forget_fact_recall",
-                         "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
-                         {"forget_degenerate_share": 0.1})
-UNLEARN_DEFAULTS = Defaults((("minimize", "forget_rougeL_recall"), ("maximize", "model_utility")),
-                            "forget_rougeL_recall", "model_utility", "forget_degenerate_share", {"model_utility": 0.9},
-                            {"forget_degenerate_share": 0.1})
-
-
 def knowledge_metric_names() -> set[str]:
     from obliviate.eval.knowledge import KNOWLEDGE_COLUMNS
-    from obliviate.eval.metrics import metric_infos
 
     return set(metric_infos("knowledge")) | {k for k, _ in KNOWLEDGE_COLUMNS} | {
         "forget_score", "forget_mcq_n", "other_mcq_n", "forget_distinct_ratio", "train_seconds"}
@@ -96,9 +86,7 @@ def detect_kind(raw: Mapping[str, Any]) -> str:
 
 def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
-    from obliviate.config import RunConfig
     from obliviate.setups.knowledge import KnowledgeDemoConfig
-    from obliviate.setups.world import DemoConfig
 
     if not path:
         raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
@@ -246,9 +234,7 @@ class KnowledgeTrack(Track):
         return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
-        from obliviate.config import LoraSettings
         from obliviate.setups.knowledge import probe_and_split
-        from obliviate.train.student import load_model
 
         cfg = self.cfg
         if not hasattr(self, "_facts"):
@@ -282,7 +268,6 @@ class KnowledgeTrack(Track):
 
     def _evaluate(self, model: Any, rows: int | None, replies: dict | None = None) -> dict[str, Any]:
         from obliviate.eval.knowledge import KnowledgeSplit, evaluate_knowledge
-        from obliviate.eval.score import forget_score
 
         kc, s = self.cfg.knowledge, self.split
         if rows is not None:  # every group capped, the forget group too (a cheap look during training) ...
@@ -304,8 +289,6 @@ class KnowledgeTrack(Track):
         return self.split.train_rows("forget"), self.split.train_rows("retain")
 
     def student(self) -> Any:
-        from obliviate.train.student import student_copy
-
         return student_copy(self.model, self.cfg.model)
 
 
@@ -392,13 +375,10 @@ class DemoTrack(TofuTrack):
     defaults = DEMO_DEFAULTS
 
     def check(self) -> list[str]:
-        from obliviate.setups.world import preflight_demo
-
         return [line for line in preflight_demo(self.cfg, need_output=False) if not line.startswith("method ")]
 
     def prepare(self, log: Log) -> None:
         from obliviate.eval.runner import load_eval_splits
-        from obliviate.setups.world import eval_config, world_models
 
         world, world_dir, self.tok, self.model, retain_model = world_models(self.cfg, self.workdir / "base", log)
         p = self.cfg.world.forget_percent
@@ -426,8 +406,6 @@ class UnlearnTrack(TofuTrack):
         return int(self.cfg.data.max_length)
 
     def check(self) -> list[str]:
-        from obliviate.preflight import preflight_unlearn
-
         if self.cfg.data.format != "qa":
             raise ConfigError("a sweep over an unlearn config needs data.format=qa (TOFU-style evaluation); MUSE-style "
                               "text corpora are not swept yet")
@@ -441,7 +419,6 @@ class UnlearnTrack(TofuTrack):
     def prepare(self, log: Log) -> None:
         from obliviate.eval.runner import load_eval_splits
         from obliviate.modeling.load import load_pretrained
-        from obliviate.train.student import load_model
 
         if not hasattr(self, "_plan"):
             self.check()
@@ -462,7 +439,6 @@ class UnlearnTrack(TofuTrack):
         mc = self.cfg.model
         if not mc.lora.enabled:
             return super().student()
-        from obliviate.train.student import student_copy
 
         return student_copy(self.model, mc)
 
@@ -474,27 +450,3 @@ def make_track(kind: str, cfg: Any, workdir: Path) -> Track:
     return TRACKS[kind](cfg, workdir)
 
 
-def parse_bar(raw: dict, d: Defaults, valid: set[str]) -> Bar:
-    """The report's matched-utility bar from the sweep's `bar` section over the track's defaults `d`."""
-    unknown = sorted(set(raw) - {"forget", "keep", "at_most"})
-    if unknown:
-        raise ConfigError(f"bar: unknown key(s) {unknown}; valid: forget, keep, at_most")
-    keep, at_most = raw.get("keep", d.keep), raw.get("at_most", d.at_most)
-    for key, table in (("keep", keep), ("at_most", at_most)):
-        if not isinstance(table, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                  for v in table.values()):
-            raise ConfigError(f"bar.{key}: expected a mapping metric -> number, got {table!r}")
-        for name in table:
-            parse_expr(str(name), valid, f"bar.{key}")
-            if not str(name).isidentifier():
-                raise ConfigError(f"bar.{key}: {name!r} must be one metric name, not an expression")
-    return Bar(parse_expr(raw.get("forget", d.forget), valid, "bar.forget"),
-               {str(k): float(v) for k, v in keep.items()}, {str(k): float(v) for k, v in at_most.items()})
-
-
-def parse_axes(raw: dict, d: Defaults, valid: set[str]) -> dict[str, Expr]:
-    """The frontier plot's forget, utility and fluency expressions (the sweep's `report` over the defaults)."""
-    unknown = sorted(set(raw) - {"forget", "utility", "fluency"})
-    if unknown:
-        raise ConfigError(f"report: unknown key(s) {unknown}; valid: forget, utility, fluency")
-    return {k: parse_expr(raw.get(k, getattr(d, k)), valid, f"report.{k}") for k in ("forget", "utility", "fluency")}

@@ -28,6 +28,7 @@ import torch
 
 from obliviate.errors import CheckpointMismatchError, ConfigError, ObliviateError
 from obliviate.train.fingerprint import differences
+from obliviate.train.fsdp import is_sharded
 
 FILE = "checkpoint.pt"
 TMP_GLOB = FILE + ".tmp*"
@@ -43,7 +44,6 @@ def _full_state(model: Any, optimizer: Any, accelerator: Any) -> tuple[dict, dic
     """Full model and optimizer state dicts by parameter name; collective under FSDP (rank 0 gets them, on CPU)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    from obliviate.train.fsdp import is_sharded
 
     inner = model if is_sharded(model) else accelerator.unwrap_model(model)
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -54,7 +54,6 @@ def _set_full_state(model: Any, optimizer: Any, accelerator: Any, state: dict) -
     """Load full state dicts that every rank read from the file (under FSDP each rank keeps its own shards)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    from obliviate.train.fsdp import is_sharded
 
     sharded = is_sharded(model)
     inner = model if sharded else accelerator.unwrap_model(model)
@@ -120,7 +119,6 @@ class Checkpointer:
             raise ObliviateError(f"cannot read checkpoint {path}: {exc}; delete it, or set train.resume=never "
                                  "to start over") from None
         self._check_fingerprint(path, state.get("fingerprint"))
-        from obliviate.train.fsdp import is_sharded
 
         try:
             if state.get("format") == FORMAT:

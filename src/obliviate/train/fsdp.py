@@ -17,6 +17,9 @@ import torch
 from torch import Tensor
 
 from obliviate.config import TrainConfig
+from obliviate.modeling.logprobs import decoder_layers
+from obliviate.train import optim
+from obliviate.train.switches import apply_switches
 
 _HOME = "_obliviate_fsdp_home"  # attribute on a sharded root: the device its parameters came from
 
@@ -76,7 +79,6 @@ def shard(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """fully_shard each decoder layer, then the root (in place; parameters become DTensor shards on `device`)."""
     from torch.distributed.fsdp import fully_shard
 
-    from obliviate.modeling.logprobs import decoder_layers
 
     home = next(model.parameters()).device
     mesh = _mesh(device)
@@ -141,13 +143,11 @@ def prepare(acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, cf
     """accelerate's data-parallel prepare, or with cfg.fsdp the student sharded and a fresh AdamW + schedule
     built over its shards (the optimizer given was built over the full parameters that sharding replaced).
     Gradient checkpointing and per-layer compilation (train/switches.py) are applied first."""
-    from obliviate.train.switches import apply_switches
 
     apply_switches(model, cfg)
     if not active(acc, cfg):
         model, optimizer = acc.prepare(model, optimizer)
         return model, optimizer, scheduler
-    from obliviate.train import optim
 
     optimizer.param_groups.clear()  # it holds the full parameters: let sharding free them (AdamW has no state yet)
     shard(model, acc.device)

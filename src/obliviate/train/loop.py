@@ -16,9 +16,13 @@ from torch import Tensor
 
 from obliviate.config import TrainConfig
 from obliviate.errors import LaunchError
+from obliviate.gradients import combine_into
 from obliviate.progress import progress
+from obliviate.train import fsdp
 from obliviate.train.checkpoint import Checkpointer
+from obliviate.train.fsdp import is_sharded, unshard
 from obliviate.train.guard import DivergenceGuard, describe_checkpoint
+from obliviate.train.switches import autocast
 from obliviate.train.tracking import Tracking, accelerator_kwargs, tracked
 
 
@@ -201,7 +205,6 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
             if ckpt is not None and ckpt.due(step, steps):
                 ckpt.save(step, model, optimizer, scheduler, plan.rule_state, result.history, accelerator)
     result.seconds = time.perf_counter() - start
-    from obliviate.train.fsdp import is_sharded, unshard
 
     if is_sharded(model):  # the caller saves and evaluates a plain, full model (every rank gathers)
         unshard(model)
@@ -213,7 +216,6 @@ def _autocast_plan(plan: LossPlan, cfg: TrainConfig, accelerator: Any) -> LossPl
     """The plan with its forward passes and losses under train.precision's autocast (backward outside it)."""
     import dataclasses
 
-    from obliviate.train.switches import autocast
 
     if getattr(cfg, "precision", "fp32") == "fp32":
         return plan
@@ -230,7 +232,6 @@ def _fused_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: Loss
                 accelerator: Any) -> dict[str, Tensor]:
     """Accumulate one fused backward of Σ weight·loss per micro-batch (DDP syncs on the last; FSDP
     reduce-scatters every backward into the sharded .grad)."""
-    from obliviate.train.fsdp import is_sharded
 
     logs: dict[str, Tensor] = {}
     for k in range(cfg.grad_accum):
@@ -258,8 +259,6 @@ def _separate_step(model: torch.nn.Module, micro_batches: Iterator[Any], plan: L
 
     Under FSDP each backward reduce-scatters (averages) into the sharded .grad of whichever buffer is swapped
     in, and the rule combines the local shards, summing its scalars over ranks (fsdp.all_reduce_sums)."""
-    from obliviate.gradients import combine_into
-    from obliviate.train import fsdp
 
     sharded = fsdp.is_sharded(model)
     params = [p for _, p in named]

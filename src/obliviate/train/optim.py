@@ -8,6 +8,7 @@ import torch
 
 from obliviate.config import TrainConfig
 from obliviate.errors import ConfigError
+from obliviate.modeling.load import require_bitsandbytes
 
 BNB_OPTIMIZERS = {"adamw_8bit": "AdamW8bit", "paged_adamw": "PagedAdamW", "paged_adamw_8bit": "PagedAdamW8bit"}
 
@@ -18,7 +19,6 @@ def optimizer_class(name: str) -> Any:
         return torch.optim.AdamW
     if name not in BNB_OPTIMIZERS:
         raise ConfigError(f"train.optimizer={name!r} is unknown; valid: adamw, {', '.join(BNB_OPTIMIZERS)}")
-    from obliviate.modeling.load import require_bitsandbytes
 
     require_bitsandbytes(f"train.optimizer={name}", "use train.optimizer=adamw")
     import bitsandbytes

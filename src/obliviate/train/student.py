@@ -6,12 +6,12 @@ from typing import Any
 
 from obliviate.config import ModelConfig
 from obliviate.config.fields import need
+from obliviate.modeling import chat
+from obliviate.modeling.lora import apply_lora, merged
 from obliviate.modeling.sources import check_tokenizer_source
 
 
 def _with_lora(model: Any, mc: ModelConfig) -> Any:
-    from obliviate.modeling.lora import apply_lora
-
     return apply_lora(model, r=mc.lora.r, alpha=mc.lora.alpha, dropout=mc.lora.dropout,
                       target_modules=list(mc.lora.target_modules) if mc.lora.target_modules else None)
 
@@ -35,7 +35,6 @@ def load_model(mc: ModelConfig) -> tuple[Any, Any]:
 def with_chat(tokenizer: Any, mc: ModelConfig) -> Any:
     """The tokenizer with the config's prompt format (model.chat) when it sets one; else it keeps the format a
     saved model carried (modeling/chat.py)."""
-    from obliviate.modeling import chat
 
     if mc.chat.given():
         chat.set_format(tokenizer, mc.chat.system, mc.chat.template_args, mc.chat.prompt_template)
@@ -57,7 +56,5 @@ def student_copy(model: Any, mc: ModelConfig) -> Any:
 def saveable(model: Any, mc: ModelConfig) -> Any:
     """What to write: the merged model for LoRA runs (unless merge_on_save is off), else the model."""
     if mc.lora.enabled and mc.lora.merge_on_save:
-        from obliviate.modeling.lora import merged
-
         return merged(model)
     return model

@@ -22,6 +22,9 @@ from typing import Any
 import torch
 
 from obliviate.errors import ConfigError
+from obliviate.modeling.load import require_bitsandbytes
+from obliviate.modeling.logprobs import decoder_layers
+from obliviate.train.optim import optimizer_class
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -61,7 +64,6 @@ def check_backend(backend: str) -> None:
 
 def compile_layers(model: torch.nn.Module, backend: str) -> int:
     """torch.compile each decoder layer in place (nn.Module.compile); returns how many were compiled."""
-    from obliviate.modeling.logprobs import decoder_layers
 
     check_backend(backend)
     layers = decoder_layers(model)
@@ -75,12 +77,8 @@ def check_memory_switches(train: Any, model: Any = None) -> list[str]:
     model.load_in_4bit (QLoRA). Lines for `validate`; a ConfigError naming the key and the fix otherwise."""
     lines = []
     if train.optimizer != "adamw":
-        from obliviate.train.optim import optimizer_class
-
         lines.append(f"optimizer: bitsandbytes {optimizer_class(train.optimizer).__name__}")
     if model is not None and model.load_in_4bit:
-        from obliviate.modeling.load import require_bitsandbytes
-
         require_bitsandbytes("model.load_in_4bit=true (QLoRA)", "set model.load_in_4bit=false")
         lines.append("model: base weights in 4-bit NF4 under LoRA adapters (QLoRA)")
     return lines

@@ -13,10 +13,12 @@ from obliviate.config import MethodConfig, TrainConfig
 from obliviate.data.pairing import batches, paired_batches, shard
 from obliviate.data.refusals import RefusalTwins, load_refusals
 from obliviate.data.rows import Fields, QARow, check_disjoint, rows_from
+from obliviate.data.text import chunk_texts, stream_windows
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
 from obliviate.gradients import RuleState
 from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
+from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import (
     IGNORE_INDEX,
     decoder_layers,
@@ -26,6 +28,7 @@ from obliviate.modeling.logprobs import (
 from obliviate.modeling.positions import position_labels
 from obliviate.objectives import ObjectiveSpec
 from obliviate.train.fingerprint import fingerprint
+from obliviate.train.fsdp import collective_device, place_frozen, prepare
 from obliviate.train.loop import LossPlan, TrainResult, make_accelerator, run_loop
 from obliviate.train.method import ResolvedMethod, cache_trajectory, resolve_method
 from obliviate.train.optim import make_optimizer
@@ -59,8 +62,6 @@ def encode_rows(tokenizer: Any, rows: Rows, max_length: int, windows: str = "doc
     """QA rows with the prompt masked, or raw documents cut into max_length windows (every token a label): per
     document, or with windows="stream" as open-unlearning cuts them (data/text.py)."""
     if is_text(rows):
-        from obliviate.data.text import chunk_texts, stream_windows
-
         cut = stream_windows if windows == "stream" else chunk_texts
         return cut(tokenizer, list(rows), max_length)  # type: ignore[arg-type]
     return [encode_qa(tokenizer, r.question, r.answer, max_length) for r in rows]  # type: ignore[union-attr]
@@ -179,7 +180,6 @@ def _any_rank(flag: bool) -> bool:
     """Whether `flag` holds on some rank (one all-reduce of a float on the process group's device)."""
     import torch.distributed as dist
 
-    from obliviate.train.fsdp import collective_device
 
     t = torch.tensor([1.0 if flag else 0.0], device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -387,8 +387,6 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
     (train/tracking.py): where and under which name train.report_to's trackers record the run (default: in
     train.tracking_dir or ./logs, named by the method).
     """
-    from obliviate.modeling.frozen import FrozenModels, has_adapters  # smoothing, transformers: not for validate
-    from obliviate.train.fsdp import place_frozen, prepare
 
     forget_rows, retain_rows = as_rows(forget_rows, fields, "forget rows"), as_rows(retain_rows, fields, "retain rows")
     rm = resolve_method(method)
@@ -450,7 +448,6 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     The NLL is averaged per example, then over examples (not Hugging Face Trainer's token pooling):
     the built-in targets and retain models, and the tables measured on them, were trained this way.
     """
-    from obliviate.train.fsdp import prepare
 
     rows = as_rows(rows, fields)
     tracking = tracking if tracking is not None else trackers(train, name=desc)
