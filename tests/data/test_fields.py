@@ -69,7 +69,7 @@ def test_hub_datasets_are_mapped_as_they_load(monkeypatch):
         calls.append((repo, config, split))
         return datasets.Dataset.from_list(RECORDS)
 
-    monkeypatch.setattr("obliviate.hub.require_hub", lambda what: None)
+    monkeypatch.setattr("obliviate.data.rows.require_hub", lambda what: None)
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     rows = load_split("someone/qa", "train", MAP)
     assert calls == [("someone/qa", "train", "train")] and rows[1].question == "What does Bo write?"

@@ -185,7 +185,6 @@ def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, mon
     import numpy as np
 
     from obliviate.data.rows import QARow
-    from obliviate.eval import generate
     from obliviate.eval.mcq import MCQItem
 
     items = [MCQItem("q1?", ("Rome", "Oslo", "Paris", "Bern"), 2), MCQItem("q2?", ("e", "f", "g", "h"), 0)]
@@ -196,7 +195,7 @@ def test_option_accuracy_picks_the_lowest_mean_nll(trained_small, small_tok, mon
         seen.extend(pairs)
         return np.array([3.0, 2.0, 1.0, 4.0, 2.0, 1.5, 3.0, 3.0])
 
-    monkeypatch.setattr(generate, "batched_avg_loss", fake)
+    monkeypatch.setattr(K, "batched_avg_loss", fake)
     assert K.option_accuracy(trained_small, small_tok, items, rows) == 0.5
     assert seen[:4] == [("q1?", "It is Rome, France."), ("q1?", "It is Oslo, France."), ("q1?", "It is Paris, France."),
                         ("q1?", "It is Bern, France.")]

@@ -203,3 +203,23 @@ def test_a_recipe_on_a_teacher_map_is_one_of_its_points(tmp_path):
     with pytest.raises(ConfigError, match="outside the choices"):
         recipe_point(dims, {"forget": "asu", "forget_args": {"tau": 3.0, "layers": None}, "retain": "kl"},
                      TrainConfig(), "ASU")
+
+
+def test_a_teacher_map_dimension_may_include_the_recipe(tmp_path):
+    """`include` adds points to the map's fluent ones (the authors' τ on every layer, which the map may call broken),
+    so that start_at_recipe can begin there; a malformed point or an include on another kind is refused."""
+    from obliviate.sweep.space import recipe_point
+
+    path = _map(tmp_path, [(4.0, [1], True), (2.3, None, False)])
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.3, "layers": None}, "retain": "kl"}}
+    raw = {"teacher_map": str(path), "include": [{"tau": 2.3, "layers": None}, {"tau": 4.0, "layers": [1]}]}
+    (dim,) = parse_space({"method.forget_args": raw}, methods, TrainConfig())
+    assert dim.choices == ({"tau": 4.0, "layers": [1]}, {"tau": 2.3, "layers": None})  # no point twice
+    assert recipe_point([dim], methods["ASU"], TrainConfig(), "ASU") == {
+        "method.forget_args": json.dumps({"tau": 2.3, "layers": None})}
+    for bad in ([{"tau": 2.3}], [{"tau": "x", "layers": None}], [{"tau": 2.0, "layers": [0.5]}], {"tau": 2.0}):
+        with pytest.raises(ConfigError, match="include: expected a list of"):
+            parse_space({"method.forget_args": {"teacher_map": str(path), "include": bad}}, methods, TrainConfig())
+    with pytest.raises(ConfigError, match="only a teacher_map dimension takes extra points"):
+        parse_space({"train.lr": {"float": [1e-5, 1e-4], "include": [{"tau": 2.0, "layers": None}]}}, methods,
+                    TrainConfig())

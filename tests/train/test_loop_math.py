@@ -135,6 +135,7 @@ def test_gru_gamma_reaches_the_rule_and_the_fingerprint(monkeypatch, small_world
     the run's settings; a rule that takes no such setting refuses it before the run starts."""
     from obliviate import gradients
     from obliviate.errors import ConfigError
+    from obliviate.train import loop
     from obliviate.train.unlearn import resolve_method
 
     seen, original = [], gradients.combine_into
@@ -143,7 +144,7 @@ def test_gru_gamma_reaches_the_rule_and_the_fingerprint(monkeypatch, small_world
         seen.append((rule, params))
         return original(rule, *a, params=params, **kw)
 
-    monkeypatch.setattr(gradients, "combine_into", spy)
+    monkeypatch.setattr(loop, "combine_into", spy)
     method = MethodConfig(forget="ga", retain="nll", combine=CombineConfig(rule="gru", args={"gru_gamma": 0.9}))
     unlearn(copy.deepcopy(trained_small), small_tok, small_world.splits["forget10"][:N],
             small_world.splits["retain90"][:N], method, replace(_cfg(), max_steps=2), max_length=64)

@@ -12,7 +12,9 @@ A dimension is one of
   {choices: [a, b, ...]}                         a list of values (any YAML value: layer sets are lists)
   {teacher_map: PATH}                            key method.forget_args only: the (τ, layers) points of a
                                                  teacher map (calibration.json of `obliviate calibrate
-                                                 replies=true`) where facts drop while replies stay fluent
+                                                 replies=true`) where facts drop while replies stay fluent,
+                                                 plus the points of an optional `include: [{tau, layers}]`
+                                                 (e.g. the method's recipe, for start_at_recipe)
 with an optional `methods: [names]` that limits it to those methods (τ only for ASU, β only for NPO). A key may
 hold a list of dimensions, each for its own methods (RMU's retain weight lives on another scale than NPO's).
 """
@@ -29,7 +31,7 @@ from obliviate.config import CombineConfig, MethodConfig, TrainConfig, build
 from obliviate.errors import ConfigError, ObliviateError
 
 KINDS = ("float", "int", "choices", "teacher_map")
-_DIM_KEYS = {"float", "int", "choices", "teacher_map", "log", "step", "methods"}
+_DIM_KEYS = {"float", "int", "choices", "teacher_map", "log", "step", "methods", "include"}
 MAP_KEY = "method.forget_args"  # the one key a teacher_map dimension sets: τ and layers together
 
 
@@ -109,8 +111,12 @@ def parse_dim(key: str, raw: Any, method_names: Sequence[str]) -> Dim:
     if (kind == "teacher_map") != (key == MAP_KEY):
         raise ConfigError(f"{where}: a teacher map sets {MAP_KEY} (τ and layers together): write "
                           f"{MAP_KEY}: {{teacher_map: calibration.json}}, and other keys as float, int or choices")
+    if "include" in raw and kind != "teacher_map":
+        raise ConfigError(f"{where}.include: only a teacher_map dimension takes extra points")
     if kind == "teacher_map":
-        return Dim(key, "choices", choices=tuple(map_points(raw["teacher_map"])), methods=tuple(methods))
+        points = map_points(raw["teacher_map"])
+        points += [p for p in _included(raw.get("include"), where) if p not in points]
+        return Dim(key, "choices", choices=tuple(points), methods=tuple(methods))
     if kind == "choices":
         choices = raw["choices"]
         if not isinstance(choices, list) or not choices:
@@ -212,6 +218,20 @@ def parse_space(raw: Mapping[str, Any], methods: Mapping[str, Mapping[str, Any]]
             _check_dim(dim, key, methods, train)
         dims += mine
     return dims
+
+
+def _included(raw: Any, where: str) -> list[dict[str, Any]]:
+    """A teacher_map dimension's extra points: a list of {tau: number, layers: null or [indices]}."""
+    if raw is None:
+        return []
+    ok = isinstance(raw, list) and all(
+        isinstance(p, Mapping) and set(p) == {"tau", "layers"} and _number(p["tau"])
+        and (p["layers"] is None or isinstance(p["layers"], list) and all(isinstance(i, int) for i in p["layers"]))
+        for p in raw)
+    if not ok:
+        raise ConfigError(f"{where}.include: expected a list of {{tau: number, layers: null or [layer indices]}}, "
+                          f"got {raw!r}")
+    return [{"tau": p["tau"], "layers": p["layers"]} for p in raw]
 
 
 def map_points(path: Any) -> list[dict[str, Any]]:
