@@ -559,9 +559,9 @@ MUTANTS: list[Mutant] = [
            "recipes = [p for p in coll.points if p.recipe and p.state", "recipes = [p for p in coll.points if p.state",
            ("tests/sweep/test_run.py::test_each_method_starts_at_its_recipe_and_the_report_shows_it",)),
     Mutant("entry: the module teardown is not skipped", "cli/__init__.py",
-           "    atexit.register(leave_fast, status)\n", "", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
-    Mutant("entry: an exception escaping main exits 0", "cli/__init__.py",
-           "    status = [1]", "    status = [0]", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
+           "            os._exit(rc)", "            pass", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
+    Mutant("entry: the run's exit functions are skipped", "cli/__init__.py",
+           "            run_exit_functions()\n", "", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
 ]
 
 

@@ -83,8 +83,8 @@ def test_config_builds_validates_and_splits(world30):
 
 
 def test_asu_chains_theta0_and_reevaluates_every_request(world30, small_tok, trained_small, monkeypatch):
-    from obliviate.modeling import frozen as frozen_mod  # unlearn() imports FrozenModels from it at call time
     from obliviate.modeling.frozen import FrozenModels
+    from obliviate.train import unlearn as frozen_mod  # the FrozenModels that unlearn() builds
 
     teachers, after = [], []
 
@@ -155,10 +155,10 @@ def test_run_continual_rejects_bad_requests(small_tok, trained_small):
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
 def test_lora_student_rebases_theta0_on_the_last_result(world30, small_tok, trained_small, monkeypatch):
     from obliviate.data.tokenize import collate, pad_id
-    from obliviate.modeling import frozen as frozen_mod  # unlearn() imports FrozenModels from it at call time
     from obliviate.modeling.frozen import FrozenModels
     from obliviate.modeling.logprobs import forward_stats
     from obliviate.modeling.lora import apply_lora
+    from obliviate.train import unlearn as frozen_mod  # the FrozenModels that unlearn() builds
     from obliviate.train.unlearn import encode_rows
 
     batch = collate(encode_rows(small_tok, world30.splits["forget30"][:4], 64), pad_id(small_tok))

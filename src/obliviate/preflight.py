@@ -298,7 +298,6 @@ def _check_audit(cfg: RunConfig, source: str) -> list[str]:
     """A run's own audit (audit.enabled): QA data, a saved model it can load, its splits and reference model."""
     import dataclasses
 
-
     if cfg.data.format != "qa":
         raise ConfigError("audit.enabled=true attacks answers to questions, but data.format is text; use a QA "
                           "split or set audit.enabled=false")

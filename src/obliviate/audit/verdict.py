@@ -144,7 +144,6 @@ def write_reports(out_dir: Any, result: Mapping[str, Any], rows: Sequence[Attack
     """report.md and report.html of an audit into `out_dir`."""
     from pathlib import Path
 
-
     out = Path(out_dir)
     text = EXPLAIN.format(metric=result["k_metric"], ref0=result["ref0"])
     notes = result.get("notes") or []

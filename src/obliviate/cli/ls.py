@@ -46,7 +46,6 @@ def plugin_lines(builtins: dict[str, set[str]]) -> list[str]:
     (then no torch is imported)."""
     from importlib.metadata import entry_points
 
-
     found = list(entry_points(group=PLUGIN_GROUP))
     if not found:
         return []

@@ -130,7 +130,6 @@ def evals_line(table: Table) -> str:
     they need lm-evaluation-harness and it is not installed (unless only planning: the plan is for another machine)."""
     import importlib.util
 
-
     if not table.evals:
         return ""
     tasks = [t for spec in table.evals for t in load_config(EvalRunConfig, None, spec).mcq.lm_eval_tasks]
@@ -219,7 +218,6 @@ def run(args: argparse.Namespace) -> int:
     rows = chosen_rows(table, args.rows)
     out = Path(args.out or f"runs/reproduce-{table.name}{'-twins' if args.twins else ''}")
     from contextlib import ExitStack
-
 
     with ExitStack() as stack:
         if args.plan:  # a plan for another machine: no check of this machine's devices, and no hub when none answers

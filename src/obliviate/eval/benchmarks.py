@@ -61,7 +61,6 @@ def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
         import dataclasses
         import typing
 
-
         own = sorted(k for k, tp in typing.get_type_hints(EvalRunConfig).items()
                      if dataclasses.is_dataclass(tp) and k != "model")
         if spec.section not in own:

@@ -160,7 +160,6 @@ def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[s
     PrivLeak scores whole documents (windowed past muse.privleak_window), as MUSE's code does."""
     from functools import partial
 
-
     if not cfg.source:
         raise DataError("muse.source is not set; give a MUSE directory or hub id (muse.source=muse-bench/MUSE-News)")
     data = load_muse(cfg.source)
@@ -183,7 +182,6 @@ def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[s
 def evaluate_mcq_run(model: Any, tokenizer: Any, cfg: McqEvalConfig) -> dict[str, Any]:
     """Native 4-way accuracy on the configured data, plus lm-eval tasks when asked for."""
     from pathlib import Path
-
 
     out: dict[str, Any] = {"notes": []}
     if cfg.source:

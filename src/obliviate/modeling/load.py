@@ -34,7 +34,6 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False) -> Any:
     """AutoTokenizer from a local directory or hub id; pad token falls back to EOS."""
     from transformers import AutoTokenizer
 
-
     path = resolve_gguf(path)
     sources.check_tokenizer_source(path, "tokenizer")
     try:
@@ -79,7 +78,6 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
     """AutoModelForCausalLM (safetensors only) from a local directory, hub id, .gguf file or GGUF alias; with
     `load_in_4bit`, its weights in 4-bit NF4 on the GPU (`four_bit_config`)."""
     from transformers import AutoModelForCausalLM
-
 
     path = resolve_gguf(path)
     sources.check_model_source(path, "model")  # no config / pickle-only weights / unreachable hub: fail now, clearly

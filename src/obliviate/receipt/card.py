@@ -128,7 +128,6 @@ def eval_results(receipt: Mapping[str, Any], after: Mapping[str, Any] | None) ->
         return []
     from huggingface_hub import EvalResult
 
-
     config = receipt["config"]
     source, section = _eval_source(config)
     if not source:

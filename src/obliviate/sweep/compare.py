@@ -69,7 +69,6 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
     """Every trial of a sweep directory's studies (its sweep.yaml names the storage)."""
     import optuna
 
-
     cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8")) or {}
     if storage is None:
         url = cfg.get("storage") or f"sqlite:///{directory.resolve() / STORAGE_FILE}"
@@ -209,7 +208,6 @@ def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str
     utility ringed, with its interval as a horizontal bar when the bar's forget score is the x axis."""
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
-
 
     fig = new_figure(7.5, 5.0)
     ax = fig.add_subplot(1, 1, 1)

@@ -365,7 +365,6 @@ def _best_trial(plan: SweepPlan, study: Any) -> Any:
     """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
     from optuna.trial import TrialState
 
-
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not is_repeat(t)]
     i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
     return None if i is None else done[i]

@@ -44,7 +44,6 @@ def _full_state(model: Any, optimizer: Any, accelerator: Any) -> tuple[dict, dic
     """Full model and optimizer state dicts by parameter name; collective under FSDP (rank 0 gets them, on CPU)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-
     inner = model if is_sharded(model) else accelerator.unwrap_model(model)
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_state_dict(inner, _torch_optimizer(optimizer), options=opts)
@@ -53,7 +52,6 @@ def _full_state(model: Any, optimizer: Any, accelerator: Any) -> tuple[dict, dic
 def _set_full_state(model: Any, optimizer: Any, accelerator: Any, state: dict) -> None:
     """Load full state dicts that every rank read from the file (under FSDP each rank keeps its own shards)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
 
     sharded = is_sharded(model)
     inner = model if sharded else accelerator.unwrap_model(model)

@@ -79,7 +79,6 @@ def shard(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """fully_shard each decoder layer, then the root (in place; parameters become DTensor shards on `device`)."""
     from torch.distributed.fsdp import fully_shard
 
-
     home = next(model.parameters()).device
     mesh = _mesh(device)
     for layer in decoder_layers(model):

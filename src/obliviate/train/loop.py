@@ -216,7 +216,6 @@ def _autocast_plan(plan: LossPlan, cfg: TrainConfig, accelerator: Any) -> LossPl
     """The plan with its forward passes and losses under train.precision's autocast (backward outside it)."""
     import dataclasses
 
-
     if getattr(cfg, "precision", "fp32") == "fp32":
         return plan
     inner = plan.compute

@@ -180,7 +180,6 @@ def _any_rank(flag: bool) -> bool:
     """Whether `flag` holds on some rank (one all-reduce of a float on the process group's device)."""
     import torch.distributed as dist
 
-
     t = torch.tensor([1.0 if flag else 0.0], device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
