@@ -444,3 +444,46 @@ def test_the_console_script_keeps_exit_status_output_and_exit_functions(mode, tm
     res = subprocess.run([sys.executable, "-c", ENTRY, str(marker), mode, "raise"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 1 and "RuntimeError: boom" in res.stderr and marker.read_text() == "ran"
+
+
+COMMAND = '''
+"""`obliviate hello`: a command in one module (docs/DESIGN.md's extension table)."""
+import argparse
+
+from obliviate.errors import ConfigError
+
+HELP = "say hello (a test command)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.name == "nobody":
+        raise ConfigError("name: nobody is not a name; give one")
+    print(f"hello {args.name}")
+    return 0
+'''
+
+
+def test_a_command_is_one_module_and_one_line_of_the_dispatch_table(tmp_path, monkeypatch, capsys):
+    """docs/DESIGN.md: a command is its module plus its entry in cli.COMMANDS; the parser, --help, the dispatch and
+    the one-line errors with exit status 2 come from there."""
+    import importlib
+    import sys
+
+    from obliviate import cli
+
+    (tmp_path / "my_hello.py").write_text(COMMAND, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.COMMANDS, "hello", importlib.import_module("my_hello"))
+    try:
+        assert cli.main(["hello", "world"]) == 0 and capsys.readouterr().out == "hello world\n"
+        assert cli.main(["hello", "nobody"]) == 2
+        assert capsys.readouterr().err == "obliviate: error: name: nobody is not a name; give one\n"
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert "say hello (a test command)" in capsys.readouterr().out
+    finally:
+        sys.modules.pop("my_hello", None)

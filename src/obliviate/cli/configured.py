@@ -37,7 +37,6 @@ def config_class(command: str, config_file: str | None = None) -> type:
             from obliviate.setups.knowledge import KnowledgeDemoConfig
 
             return KnowledgeDemoConfig
-
         return DemoConfig
     if command == "sweep":
         return SweepConfig
