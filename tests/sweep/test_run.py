@@ -414,6 +414,48 @@ def test_each_method_starts_at_its_recipe_and_the_report_shows_it(base_file, tmp
                         space={"train.lr": {"float": [1e-5, 1e-4], "log": True}}))
 
 
+def test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best(base_file, tmp_path,
+                                                                                      monkeypatch):
+    """trials=1 with start_at_recipe: each method's recipe is its best and gets its repeats (seeds from the method's
+    own train.seed), so the recipe row has an interval over seeds; trials=2 later: the best of the two gets its
+    repeats too and the recipe's stay, and θ0 is not evaluated again (the storage holds its evaluation)."""
+    from obliviate.sweep import tracks
+    from obliviate.sweep.run import _best_trial
+
+    methods = {"NPO": {"forget": "npo", "retain": "nll", "train": {"seed": 5}}}
+    out = tmp_path / "sw"
+    res = run_sweep(_cfg(base_file, out, methods=methods, start_at_recipe=True, trials=1, repeats=2),
+                    log=lambda s: None)
+    assert res["outcomes"] == {"complete": 3}
+    trials = _trials(out, "NPO")[1]
+    assert [t.user_attrs.get("repeat_of") for t in trials] == [None, 0, 0]
+    assert [t.user_attrs.get("seed") for t in trials[1:]] == [6, 7]  # the method's seed 5, not the base's 0
+    assert all(t.params == trials[0].params for t in trials)
+    recipe = json.loads((out / "compare.json").read_text())["recipes"]["NPO"]
+    assert recipe["interval"]["seeds"] == 3 and recipe["interval"]["rows"] > 0
+    cfg = _cfg(base_file, out, methods=methods, start_at_recipe=True, trials=2, repeats=2)
+    original = _trials(out, "NPO")[0].user_attrs["original"]
+    real, calls = tracks.KnowledgeTrack._evaluate, []
+
+    def counted(self, model, rows, replies=None):
+        calls.append(model is self.model)
+        return real(self, model, rows, replies)
+
+    monkeypatch.setattr(tracks.KnowledgeTrack, "_evaluate", counted)
+    lines = []
+    again = run_sweep(cfg, log=lines.append)
+    assert not any(calls) and len(calls) == again["ran"]  # one evaluation per trial, none of θ0
+    assert "θ0's evaluation: recorded in the storage by an earlier worker, not repeated" in lines
+    assert _trials(out, "NPO")[0].user_attrs["original"] == original
+    study, trials = _trials(out, "NPO")
+    best = _best_trial(plan_sweep(cfg), study)
+    mine = [t for t in trials if t.user_attrs.get("repeat_of") == best.number]
+    assert sorted(t.user_attrs["seed"] for t in mine) == [6, 7] and all(t.state.name == "COMPLETE" for t in mine)
+    assert again["ran"] == (1 if best.number == 0 else 3)  # the new trial, and its 2 repeats if it is the best
+    assert sum(t.user_attrs.get("repeat_of") == 0 for t in trials) == 2  # the recipe's repeats stay
+    assert run_sweep(cfg, log=lambda s: None)["ran"] == 0
+
+
 def test_a_method_may_bring_its_own_training_settings(base_file, tmp_path):
     """methods.<name>.train: that method's training settings over the base's (its authors' epochs or steps); its
     trials and its recipe use them, the other methods keep the base's."""

@@ -293,19 +293,20 @@ def intervals(coll: Collection, bar: Bar, bests: Sequence[Best], level: float) -
 
 def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: float) -> tuple[list[str], dict]:
     """Markdown lines and summary of each method at its recipe (the trials a sweep with start_at_recipe ran first):
-    its metrics, bar.forget with its interval over rows (one seed) on the verdict's rows, and whether it passes the
-    bar; nothing when no trial is a recipe."""
+    its metrics, bar.forget with its interval over rows and over the seeds it ran with (itself and its repeats, when
+    the recipe was a best) on the verdict's rows, and whether it passes the bar; nothing when no trial is a recipe."""
     recipes = [p for p in coll.points if p.recipe and p.state == "complete"]
     if not recipes:
         return [], {}
     derive = with_forget_score if coll.kind == "knowledge" else None
     lines = ["## Each method at its recipe", "", "The first trial of each study: the base config with the method's "
              "own section (for presets taken from the papers, the authors' recipe scaled to this model).", "",
-             f"| method | trial | forget | utility | fluency | {bar.forget.text} | {level:.0%} interval (rows) | "
+             f"| method | trial | forget | utility | fluency | {bar.forget.text} | {level:.0%} interval (rows × seeds) | "
              "passes the bar | settings |", "|---|---|---|---|---|---|---|---|---|"]
     summary = {}
     for p in recipes:
-        iv = bootstrap(bar.forget, [judged(p)], level=level, derive=derive)
+        seeds = [p] + [q for q in coll.points if q.repeat_of == p.name and q.state == "complete"]
+        iv = bootstrap(bar.forget, [judged(q) for q in seeds], level=level, derive=derive)
         ok = bar.passes(p.metrics, coll.original)
         m = p.metrics
         lines.append(f"| {p.method} | {p.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "

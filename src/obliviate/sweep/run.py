@@ -39,7 +39,7 @@ from obliviate.sweep.workers import WORKER, Heartbeat, counts, fail_stale, is_re
 Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
 # what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
-# timing, nor the budget (raising `trials` extends a finished sweep; repeats already run stay those of the best then)
+# timing, nor the budget (raising `trials` extends a finished sweep, and a new best gets its own repeats)
 _PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats")
 
 
@@ -370,27 +370,40 @@ def _best_trial(plan: SweepPlan, study: Any) -> Any:
     return None if i is None else done[i]
 
 
-def _enqueue_repeats(plan: SweepPlan, study: Any) -> None:
-    """Queue the repeats of the method's best trial once (other seeds, the same settings)."""
-    if plan.cfg.repeats == 0 or "repeats_of" in study.user_attrs:
+def _repeats(study: Any, number: int) -> list[Any]:
+    """The repeats of trial `number` that ran, run or wait to run (a repeat failed by its stopped worker is redone)."""
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("repeat_of") == number and (counts(t) or t.state == TrialState.WAITING)]
+
+
+def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
+    """Queue the repeats the method's current best trial lacks (other seeds, the same settings): a best found after
+    `trials` was raised gets its own, and the repeats of an earlier best stay in the study."""
+    if plan.cfg.repeats == 0:
         return
     best = _best_trial(plan, study)
     if best is None:
         return
     study.set_user_attr("repeats_of", best.number)
-    seed = int(best.user_attrs.get("params", {}).get("seed", plan.track.train.seed))
+    seed = int(best.user_attrs.get("params", {}).get("seed", plan.trains[method].seed))
+    have = {t.user_attrs.get("seed") for t in _repeats(study, best.number)}
     for k in range(1, plan.cfg.repeats + 1):
-        study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
+        if seed + k not in have:
+            study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
 
 
 def _repeat_due(plan: SweepPlan, study: Any) -> bool:
+    """A repeat waits to run, or the current best still lacks some of its `repeats`."""
     from optuna.trial import TrialState
 
     if plan.cfg.repeats == 0 or "repeats_of" not in study.user_attrs:
         return False
-    reps = [t for t in study.get_trials(deepcopy=False) if is_repeat(t)]
-    waiting = [t for t in reps if t.state == TrialState.WAITING]
-    return bool(waiting) or sum(counts(t) for t in reps) < plan.cfg.repeats
+    if any(is_repeat(t) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+        return True
+    best = _best_trial(plan, study)
+    return best is not None and sum(counts(t) for t in _repeats(study, best.number)) < plan.cfg.repeats
 
 
 def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
@@ -422,6 +435,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     track.heldout_share = cfg.heldout_share if cfg.heldout_share is not None else \
         (0.5 if track.kind == "knowledge" else None)
     track.heldout_seed = cfg.seed
+    track.need_original = not all("original" in s.user_attrs for s in studies.values())  # exact: θ0 and rows unchanged
+    if not track.need_original:
+        log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
     track.prepare(log)
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
@@ -447,8 +463,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
             fail_stale(s, cfg.stale_after_s)
         method, waiting = _next_method(plan, studies)
         if method is None:
-            for s in studies.values():
-                _enqueue_repeats(plan, s)
+            for name, s in studies.items():
+                _enqueue_repeats(plan, s, name)
             method = next((m for m, s in studies.items() if _repeat_due(plan, s)), None)
         if method is None:
             if waiting:  # others' running trials may still fail and need redoing: wait for them

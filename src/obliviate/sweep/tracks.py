@@ -137,6 +137,7 @@ class Track:
         self.heldout_share: float | None = None  # the sweep's heldout_share (knowledge track), set before prepare
         self.heldout_seed = 0
         self.held_out: set[str] | None = None
+        self.need_original = True  # False: every study already holds θ0's evaluation (a resumed sweep), skip it
 
     # the base's methods and training section ------------------------------------------------------------
     def methods(self) -> dict[str, dict[str, Any]]:
@@ -158,7 +159,8 @@ class Track:
         raise NotImplementedError
 
     def prepare(self, log: Log) -> None:
-        """Load or build θ0 and the data once per worker, evaluate θ0 (self.original, self.original_quick)."""
+        """Load or build θ0 and the data once per worker, evaluate θ0 (self.original, self.original_report) unless
+        `need_original` is False."""
         raise NotImplementedError
 
     def layers(self) -> int:
@@ -255,7 +257,8 @@ class KnowledgeTrack(Track):
                                        self.heldout_seed)
             log(f"held out for the verdict: {len(self.held_out)} of {sum(map(len, cap.values()))} evaluation rows "
                 f"(heldout_share {self.heldout_share:g}); selection reads the others")
-        self.original, _, self.original_report = self.parts(self._evaluate(self.model, None, probe))
+        if self.need_original:
+            self.original, _, self.original_report = self.parts(self._evaluate(self.model, None, probe))
 
     def parts(self, evaluation: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, list], dict | None]:
         if self.held_out is None:
@@ -316,7 +319,8 @@ class TofuTrack(Track):
             held = sum(len(ix) for ix in self.cut[1].values())
             log(f"held out for the verdict: {held} of {sum(map(len, splits.values()))} evaluation rows "
                 f"(heldout_share {self.heldout_share:g}); selection reads the others")
-        self.original, _, self.original_report = self.parts(self.evaluate(self.model))
+        if self.need_original:
+            self.original, _, self.original_report = self.parts(self.evaluate(self.model))
 
     def _on(self, model: Any, which: int) -> dict[str, Any]:
         """TOFU's metrics on one part of the rows (0: selection, 1: the held-out report), forget quality against the

@@ -63,9 +63,12 @@ def counts(trial: Any) -> bool:
 
 
 def surplus(study: Any, trial: Any, budget: int) -> bool:
-    """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget."""
+    """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget;
+    likewise a repeat whose seed an earlier repeat of the same best already took (both workers queued it)."""
     if is_repeat(trial):
-        return False
+        seed, of = trial.user_attrs.get("seed"), trial.user_attrs["repeat_of"]
+        return any(t.number < trial.number and counts(t) and t.user_attrs.get("repeat_of") == of
+                   and t.user_attrs.get("seed") == seed for t in study.get_trials(deepcopy=False))
     before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and not is_repeat(t) and counts(t)]
     return len(before) >= budget
 
