@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from obliviate.errors import ObliviateError
+
 HELP = ("one report over sweeps, demo and run directories: each method's forget-utility front and its best trial at "
         "matched utility")
 
@@ -15,11 +17,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "directory when it is a sweep, else obliviate-compare)")
     p.add_argument("--level", type=float, default=0.95,
                    help="confidence of the intervals (bootstrap over rows and seeds), strictly between 0 and 1")
+    p.add_argument("--best-configs", metavar="DIR",
+                   help="also write each method's best trial of the (first) sweep as DIR/<method>.yaml, a config that "
+                        "`obliviate unlearn` (or `obliviate demo`) runs alone, e.g. to keep its weights and audit them")
 
 
 def run(args: argparse.Namespace) -> int:
     from obliviate.sweep.compare import write_compare
 
-    out = args.out or (args.dirs[0] if (Path(args.dirs[0]) / "sweep.yaml").is_file() else "obliviate-compare")
+    sweep = Path(args.dirs[0])
+    if args.best_configs and not (sweep / "sweep.yaml").is_file():
+        raise ObliviateError(f"--best-configs: {sweep} is not a sweep directory (no sweep.yaml); put the sweep's "
+                             "output_dir first")
+    out = args.out or (args.dirs[0] if (sweep / "sweep.yaml").is_file() else "obliviate-compare")
     print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None, level=args.level)}")
+    if args.best_configs:
+        from obliviate.sweep.export import write_best_configs
+
+        written = write_best_configs(sweep, Path(args.best_configs))
+        print(f"wrote {len(written)} best config{'s' if len(written) != 1 else ''} into {args.best_configs}")
     return 0

@@ -134,7 +134,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
     return out
 
 
-def _scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
+def scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
     """The bar and axes: the sweep's own, else the track's defaults."""
 
     defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
@@ -319,7 +319,7 @@ def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: 
 
 def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
     """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence."""
-    bar, axes = _scales(coll)
+    bar, axes = scales(coll)
     front = fronts(coll, axes)
     bests = best_per_method(coll, bar)
     ivs = intervals(coll, bar, bests, check_level(level))

@@ -1,0 +1,113 @@
+"""`obliviate compare DIR --best-configs OUT`: each method's best trial as a config that runs alone, and reproduces it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from obliviate.config import RunConfig, build, load_config
+from obliviate.errors import ObliviateError
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.export import slug, write_best_configs
+from obliviate.sweep.run import run_sweep
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _unlearn_base(tmp_path, model_dir, small_world):
+    from obliviate.data.synthetic import write_world
+
+    world = write_world(small_world, tmp_path / "world")
+    base = tmp_path / "run.yaml"
+    base.write_text(yaml.safe_dump({
+        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
+                                                   "retain_split": "retain90", "max_length": 64},
+        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 2, "batch_size": 2, "progress": False},
+        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 4,
+                 "max_new_tokens": 4, "holdout_split": None}, "output_dir": "ignored"}))
+    return base
+
+
+def test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers(model_dir, small_world,
+                                                                                     tmp_path, monkeypatch):
+    """The exported config trains what the trial trained: `obliviate unlearn` on it reproduces the trial's metrics."""
+    from obliviate.cli.unlearn import run_unlearn
+
+    base = _unlearn_base(tmp_path, model_dir, small_world)
+    out = tmp_path / "sw"
+    methods = {"NPO": {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll", "train": {"seed": 3}},
+               "GradDiff": {"forget": "ga", "retain": "nll"}}
+    cfg = build(SweepConfig, {"base": str(base), "methods": methods, "trials": 2, "sampler": "random",
+                              "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True},
+                                        "method.forget_args.beta": {"float": [0.05, 0.5], "methods": ["NPO"]}},
+                              "bar": {"keep": {"model_utility": 0.0}}, "output_dir": str(out)})
+    run_sweep(cfg, log=lambda s: None)
+    summary = json.loads((out / "compare.json").read_text())
+    lines = []
+    written = write_best_configs(out, tmp_path / "best", log=lines.append)
+    assert sorted(p.name for p in written) == ["GradDiff.yaml", "NPO.yaml"]
+    best = summary["methods"]["NPO"]["best"]
+    run_cfg = load_config(RunConfig, str(tmp_path / "best" / "NPO.yaml"))
+    assert run_cfg.method.forget == "npo" and run_cfg.method.forget_args["beta"] == best["params"]["method.forget_args.beta"]
+    assert run_cfg.train.lr == best["params"]["train.lr"] and run_cfg.train.seed == 3  # the method's own seed
+    assert run_cfg.train.max_steps == 2 and run_cfg.output_dir == "runs/sw-NPO"
+    text = (tmp_path / "best" / "NPO.yaml").read_text()
+    assert text.startswith(f"# {best['trial']} of the sweep in {out}") and "obliviate unlearn --config" in text
+    assert any(line.startswith(f"NPO: {best['trial']} -> ") for line in lines)
+    monkeypatch.chdir(tmp_path)
+    metrics = run_unlearn(run_cfg)["eval"]
+    for name in ("forget_rougeL_recall", "forget_truth_ratio", "model_utility", "forget_quality"):
+        assert metrics[name] == pytest.approx(best["metrics"][name], abs=1e-6), name
+
+
+def test_a_method_without_a_best_gets_no_file_and_the_cli_writes_the_others(model_dir, small_world, tmp_path):
+    base = _unlearn_base(tmp_path, model_dir, small_world)
+    out = tmp_path / "sw"
+    methods = {"GA": {"forget": "ga", "retain": None}, "NPO": {"forget": "npo", "retain": "nll"}}
+    cfg = build(SweepConfig, {"base": str(base), "methods": methods, "trials": 1, "sampler": "random",
+                              "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+                              "bar": {"keep": {"model_utility": 0.0}, "at_most": {"forget_rougeL_recall": -1.0}},
+                              "output_dir": str(out)})
+    run_sweep(cfg, log=lambda s: None)  # no trial has a recall below -1: no method has a best
+    lines = []
+    assert write_best_configs(out, tmp_path / "best", log=lines.append) == []
+    assert sorted(line.split(":")[0] for line in lines) == ["GA", "NPO"] and "no trial passes the bar" in lines[0]
+    res = subprocess.run([sys.executable, "-m", "obliviate.cli", "compare", str(tmp_path / "world"), "--best-configs",
+                          str(tmp_path / "b2")], capture_output=True, text=True)
+    assert res.returncode == 2 and "--best-configs" in res.stderr and "is not a sweep directory" in res.stderr
+    assert not (tmp_path / "b2").exists()
+    with pytest.raises(ObliviateError, match="is not a sweep directory"):
+        write_best_configs(tmp_path / "world", tmp_path / "b3")
+
+
+def test_the_best_of_a_knowledge_sweep_is_a_demo_config_with_that_method_alone(model_dir, facts_file, tmp_path):
+    from obliviate.setups.knowledge import KnowledgeDemoConfig
+
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "kind": "knowledge", "model": {"path": str(model_dir)},
+        "knowledge": {"facts": str(facts_file), "forget_families": ["fam_a"], "max_new_tokens": 8, "batch_size": 8,
+                      "max_eval": 4},
+        "max_length": 64, "unlearn": {"max_steps": 2, "batch_size": 2, "lr": 1e-3, "progress": False},
+        "methods": {"GradDiff": {"forget": "ga", "retain": "nll"}, "NPO": {"forget": "npo", "retain": "nll"}}}))
+    out = tmp_path / "sw"
+    cfg = build(SweepConfig, {"base": str(base), "trials": 1, "sampler": "random", "output_dir": str(out),
+                              "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+                              "bar": {"keep": {"retain_accuracy": 0.0}, "at_most": {"forget_degenerate_share": 1.0}}})
+    run_sweep(cfg, log=lambda s: None)
+    summary = json.loads((out / "compare.json").read_text())
+    written = write_best_configs(out, tmp_path / "best", log=lambda s: None)
+    assert sorted(p.name for p in written) == ["GradDiff.yaml", "NPO.yaml"]
+    demo = load_config(KnowledgeDemoConfig, str(tmp_path / "best" / "NPO.yaml"))
+    assert list(demo.methods) == ["NPO"] and demo.methods["NPO"]["forget"] == "npo"
+    assert demo.unlearn.lr == summary["methods"]["NPO"]["best"]["params"]["train.lr"] and demo.unlearn.max_steps == 2
+    assert "obliviate demo --config" in (tmp_path / "best" / "NPO.yaml").read_text()
+
+
+def test_a_method_name_becomes_a_file_name():
+    assert slug("NPO+SAGO") == "NPO+SAGO" and slug("my method/2") == "my_method_2"
