@@ -152,3 +152,34 @@ def test_the_cli_refuses_a_bad_level(tmp_path, capsys):
     assert main(["compare", str(demo), "--level", "1.5", "--out", str(tmp_path / "out")]) == 2
     assert "interval level 1.5 must lie strictly between 0 and 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None):
+    metrics = {"forget_quality": fq, "model_utility": mu, "fe_partial": 1 - rouge, "mu_partial": mu / 2,
+               "forget_rougeL_recall": rouge, "forget_truth_ratio": 0.6, "forget_degenerate_share": 0.0}
+    held = None if report is None else {"metrics": {**metrics, **report}, "rows": {}}
+    return Point("src", method, f"{method} #{n}", "complete", {"train.lr": 1e-4 * (n + 1)}, metrics,
+                 repeat_of=repeat_of, report=held, recipe=recipe)
+
+
+def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows():
+    """Recipe and best rows, each the mean ± sample sd of its seeds' held-out values; a recipe that is the best is
+    one row; θ0 from its held-out report; FQ below 1e-3 in scientific notation."""
+    points = [
+        _tofu("NPO", 0, 0.5, 0.2, 0.9, report={"forget_quality": 1e-4, "forget_rougeL_recall": 0.8}, recipe=True),
+        _tofu("NPO", 1, 0.5, 0.2, 0.3, report={"forget_quality": 0.1, "forget_rougeL_recall": 0.4}),
+        _tofu("NPO", 2, 0.5, 0.2, 0.3, report={"forget_quality": 0.3, "forget_rougeL_recall": 0.2}, repeat_of="NPO #1"),
+        _tofu("GA", 0, 0.5, 0.2, 0.5, recipe=True),  # no held-out report: selection's values; recipe = best
+    ]
+    original = {"forget_quality": 2e-5, "model_utility": 0.2, "forget_rougeL_recall": 1.0, "forget_degenerate_share": 0.0}
+    coll = Collection(points, original, "unlearn", original_report={**original, "forget_quality": 3e-5})
+    text, summary, _ = build_report(coll)
+    assert "## In the papers' columns" in text
+    assert "| θ0 | the original model | | 3.0e-05 | 0.200 | – | – | 1.000 | – | 0.000 |" in text
+    assert "| NPO | recipe: NPO #0 | 1 | 1.0e-04 | 0.200 | 0.100 | 0.100 | 0.800 | 0.600 | 0.000 |" in text
+    # the best (#1, lowest ROUGE-L at matched utility) over its 2 seeds: FQ (0.1, 0.3), ROUGE-L (0.4, 0.2) held out
+    assert "| NPO | best: NPO #1 | 2 | 0.200 ± 0.141 | 0.200 ± 0.000 | 0.700 ± 0.000 | 0.100 ± 0.000 | 0.300 ± 0.141 |" \
+        in text
+    assert "| GA | recipe = best: GA #0 | 1 | 0.500 | 0.200 | 0.500 | 0.100 | 0.500 | 0.600 | 0.000 |" in text
+    assert summary["papers"]["NPO"]["best"]["values"]["forget_quality"] == [0.1, 0.3]
+    assert "## In the papers' columns" not in build_report(_coll())[0]  # a knowledge sweep has no TOFU columns

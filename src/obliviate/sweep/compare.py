@@ -194,11 +194,18 @@ def _interval(iv: Interval) -> str:
     return f"{_fmt(iv.estimate)} [{_fmt(iv.low)}, {_fmt(iv.high)}] ({over})"
 
 
-def _spread(values: Sequence[float]) -> str:
-    vals = [v for v in values if not math.isnan(v)]
+def _num(v: float) -> str:
+    """3 decimals, or 2 significant digits below 1e-3 (forget quality is a p-value, often tiny)."""
+    return f"{v:.1e}" if 0 < abs(v) < 1e-3 else f"{v:.3f}"
+
+
+def _spread(values: Sequence[Any], count: bool = True) -> str:
+    """Mean ± sample sd over seeds ('(n=3)' with `count`), the value alone for one seed, '–' for none; missing values
+    (None, NaN) are left out."""
+    vals = [float(v) for v in values if isinstance(v, (int, float)) and not math.isnan(float(v))]
     if len(vals) < 2:
-        return _fmt(vals[0]) if vals else "–"
-    return f"{statistics.mean(vals):.3f} ± {statistics.stdev(vals):.3f} (n={len(vals)})"
+        return _num(vals[0]) if vals else "–"
+    return f"{_num(statistics.mean(vals))} ± {_num(statistics.stdev(vals))}" + (f" (n={len(vals)})" if count else "")
 
 
 def frontier_plot(coll: Collection, axes: Mapping[str, Expr], front: Mapping[str, list[Point]],
@@ -317,6 +324,49 @@ def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: 
     return lines + [""], summary
 
 
+# TOFU's table as the ASU and SAGO papers print it: (metric, heading), the arrow saying which way is better
+PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("forget_quality", "FQ ↑"), ("model_utility", "MU ↑"), ("fe_partial", "FE ↑"), ("mu_partial", "MU (closer look) ↑"),
+    ("forget_rougeL_recall", "forget ROUGE-L ↓"), ("forget_truth_ratio", "forget truth ratio"),
+    ("forget_degenerate_share", "degenerate ↓"))
+
+
+def seeds_of(coll: Collection, p: Point) -> list[Point]:
+    """A trial and its finished repeats (the same settings, other seeds)."""
+    return [p] + [q for q in coll.points if q.repeat_of == p.name and q.state == "complete"]
+
+
+def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], dict[str, Any]]:
+    """TOFU sweeps: each method at its recipe and at its best, in the papers' columns (PAPER_COLUMNS), mean ± sd over
+    the seeds each ran with, on the verdict's rows (held-out when the study kept them); nothing for other tracks."""
+    if coll.kind not in ("unlearn", "demo") or not any("model_utility" in p.metrics for p in coll.points):
+        return [], {}
+    lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
+             "utility, the closer-look FE and MU (partial when a component's model is missing), forget ROUGE-L, truth "
+             "ratio and degenerate share; mean ± sd over seeds, on the verdict's rows.", "",
+             "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
+    reference = coll.original_report or coll.original
+    if reference:
+        lines.append("| θ0 | the original model | | " + " | ".join(_spread([reference.get(k)]) for k, _ in PAPER_COLUMNS)
+                     + " |")
+    summary: dict[str, Any] = {}
+    recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
+    for b in bests:
+        rows = [("recipe", recipes.get(b.method)), ("best", b.point)]
+        if rows[0][1] is not None and b.point is not None and rows[0][1].name == b.point.name:
+            rows = [("recipe = best", b.point)]
+        for label, point in rows:
+            if point is None:
+                continue
+            seeds = seeds_of(coll, point)
+            values = {k: [judged(q)[0].get(k) for q in seeds] for k, _ in PAPER_COLUMNS}
+            lines.append(f"| {b.method} | {label}: {point.name} | {len(seeds)} | "
+                         + " | ".join(_spread(values[k], count=False) for k, _ in PAPER_COLUMNS) + " |")
+            summary.setdefault(b.method, {})[label] = {"trial": point.name, "seeds": len(seeds), "values": values}
+    return lines + [""], summary
+
+
 def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
     """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence."""
     bar, axes = scales(coll)
@@ -336,12 +386,14 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
+    paper_lines, papers = papers_section(coll, bests)
+    lines += paper_lines
     lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {},
-                               "recipes": recipes}
+                               "recipes": recipes, "papers": papers}
     for b in bests:
         if b.point is None:
             mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]
