@@ -456,6 +456,19 @@ def test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_
     assert run_sweep(cfg, log=lambda s: None)["ran"] == 0
 
 
+def test_a_repeat_queued_twice_runs_once(base_file, tmp_path):
+    """Two workers that both find the best short of a repeat both queue it: the later copy is failed as surplus,
+    never run."""
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods={"NPO": {"forget": "npo", "retain": "nll"}}, trials=1, repeats=1)
+    assert run_sweep(cfg, log=lambda s: None)["outcomes"] == {"complete": 2}
+    study, trials = _trials(out, "NPO")
+    study.enqueue_trial(trials[1].params, user_attrs={"repeat_of": 0, "seed": trials[1].user_attrs["seed"]})
+    assert run_sweep(cfg, log=lambda s: None)["ran"] == 0
+    copy = _trials(out, "NPO")[1][-1]
+    assert copy.state.name == "FAIL" and copy.user_attrs["surplus"] is True
+
+
 def test_a_method_may_bring_its_own_training_settings(base_file, tmp_path):
     """methods.<name>.train: that method's training settings over the base's (its authors' epochs or steps); its
     trials and its recipe use them, the other methods keep the base's."""
