@@ -395,15 +395,12 @@ def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
 
 
 def _repeat_due(plan: SweepPlan, study: Any) -> bool:
-    """A repeat waits to run, or the current best still lacks some of its `repeats`."""
+    """A repeat waits to run (`_enqueue_repeats` queued what the current best lacks, a stopped worker's included)."""
     from optuna.trial import TrialState
 
-    if plan.cfg.repeats == 0 or "repeats_of" not in study.user_attrs:
+    if plan.cfg.repeats == 0:
         return False
-    if any(is_repeat(t) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
-        return True
-    best = _best_trial(plan, study)
-    return best is not None and sum(counts(t) for t in _repeats(study, best.number)) < plan.cfg.repeats
+    return any(is_repeat(t) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
 def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
