@@ -582,6 +582,8 @@ MUTANTS: list[Mutant] = [
            ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
     Mutant("spread: population sd instead of the sample sd", "sweep/compare.py",
            "{_num(statistics.stdev(vals))}", "{_num(statistics.pstdev(vals))}", ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
+    Mutant("timing: the mean minutes per trial instead of the median", "sweep/compare.py",
+           "\"median_s\": statistics.median(secs) if secs", "\"median_s\": statistics.mean(secs) if secs", ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
 ]
 
 

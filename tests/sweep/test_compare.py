@@ -154,21 +154,23 @@ def test_the_cli_refuses_a_bad_level(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None):
+def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None, seconds=None):
     metrics = {"forget_quality": fq, "model_utility": mu, "fe_partial": 1 - rouge, "mu_partial": mu / 2,
                "forget_rougeL_recall": rouge, "forget_truth_ratio": 0.6, "forget_degenerate_share": 0.0}
     held = None if report is None else {"metrics": {**metrics, **report}, "rows": {}}
     return Point("src", method, f"{method} #{n}", "complete", {"train.lr": 1e-4 * (n + 1)}, metrics,
-                 repeat_of=repeat_of, report=held, recipe=recipe)
+                 repeat_of=repeat_of, report=held, recipe=recipe, seconds=seconds)
 
 
 def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows():
     """Recipe and best rows, each the mean ± sample sd of its seeds' held-out values; a recipe that is the best is
     one row; θ0 from its held-out report; FQ below 1e-3 in scientific notation."""
     points = [
-        _tofu("NPO", 0, 0.5, 0.2, 0.9, report={"forget_quality": 1e-4, "forget_rougeL_recall": 0.8}, recipe=True),
-        _tofu("NPO", 1, 0.5, 0.2, 0.3, report={"forget_quality": 0.1, "forget_rougeL_recall": 0.4}),
-        _tofu("NPO", 2, 0.5, 0.2, 0.3, report={"forget_quality": 0.3, "forget_rougeL_recall": 0.2}, repeat_of="NPO #1"),
+        _tofu("NPO", 0, 0.5, 0.2, 0.9, report={"forget_quality": 1e-4, "forget_rougeL_recall": 0.8}, recipe=True,
+              seconds=600),
+        _tofu("NPO", 1, 0.5, 0.2, 0.3, report={"forget_quality": 0.1, "forget_rougeL_recall": 0.4}, seconds=1800),
+        _tofu("NPO", 2, 0.5, 0.2, 0.3, report={"forget_quality": 0.3, "forget_rougeL_recall": 0.2}, repeat_of="NPO #1",
+              seconds=2700),
         _tofu("GA", 0, 0.5, 0.2, 0.5, recipe=True),  # no held-out report: selection's values; recipe = best
     ]
     original = {"forget_quality": 2e-5, "model_utility": 0.2, "forget_rougeL_recall": 1.0, "forget_degenerate_share": 0.0}
@@ -183,3 +185,8 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert "| GA | recipe = best: GA #0 | 1 | 0.500 | 0.200 | 0.500 | 0.100 | 0.500 | 0.600 | 0.000 |" in text
     assert summary["papers"]["NPO"]["best"]["values"]["forget_quality"] == [0.1, 0.3]
     assert "## In the papers' columns" not in build_report(_coll())[0]  # a knowledge sweep has no TOFU columns
+    # wall time: NPO's three trials (10, 30, 45 minutes): median 30.0 (the mean would be 28.3), 1.42 h; GA's trial has
+    # no time recorded
+    assert "| NPO | 3 | 0 | 0 | 30.0 | 1.42 |" in text and "| GA | 1 | 0 | 0 | – | 0.00 |" in text
+    assert "Finished trials took 1.42 hours of wall time in all" in text
+    assert summary["timing"]["NPO"] == {"median_s": 1800, "total_s": 5100, "n": 3}

@@ -50,6 +50,7 @@ class Point:
     rows: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-row values (eval/intervals.py)
     report: dict[str, Any] | None = None  # {metrics, rows} on held-out rows selection never read (eval/heldout.py)
     recipe: bool = False  # the method's recipe, its study's first trial (sweep start_at_recipe)
+    seconds: float | None = None  # a trial's wall time: training and evaluation (None: a run, or a trial cut short)
 
 
 @dataclass
@@ -96,7 +97,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
             points.append(Point(str(directory), method, f"{method} #{t.number}", t.state.name.lower(),
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
-                                dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe"))))
+                                dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe")),
+                                ua.get("seconds")))
     return Collection(points, original, kind, cfg, original_report)
 
 
@@ -380,10 +382,18 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
     if coll.original:
         lines += [f"θ0 (the original model): forget {_fmt(axes['forget'](coll.original))}, utility "
                   f"{_fmt(axes['utility'](coll.original))}, fluency {_fmt(axes['fluency'](coll.original))}.", ""]
-    lines += ["## Trials", "", "| method | complete | pruned | failed |", "|---|---|---|---|"]
+    lines += ["## Trials", "", "| method | complete | pruned | failed | minutes per finished trial (median) | "
+              "hours in all |", "|---|---|---|---|---|---|"]
+    timing: dict[str, Any] = {}
     for m in methods:
         states = [p.state for p in coll.points if p.method == m]
-        lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} |")
+        secs = [p.seconds for p in coll.points if p.method == m and p.state == "complete" and p.seconds is not None]
+        timing[m] = {"median_s": statistics.median(secs) if secs else None, "total_s": sum(secs), "n": len(secs)}
+        lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} | "
+                     f"{_fmt(timing[m]['median_s'] / 60, 1) if secs else '–'} | {_fmt(sum(secs) / 3600, 2)} |")
+    total = sum(t["total_s"] for t in timing.values())
+    lines += ["", f"Finished trials took {_fmt(total / 3600, 2)} hours of wall time in all (each trial's training and "
+              "evaluation, summed over workers; a worker's start and its trials cut short are not counted)."]
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
     paper_lines, papers = papers_section(coll, bests)
@@ -393,7 +403,7 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {},
-                               "recipes": recipes, "papers": papers}
+                               "recipes": recipes, "papers": papers, "timing": timing}
     for b in bests:
         if b.point is None:
             mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]
