@@ -45,6 +45,11 @@ T_TOFU = ("tests/eval/test_tofu.py",)
 T_MEM = ("tests/eval/test_memorization.py", "tests/eval/test_mia.py")
 T_CL = ("tests/eval/test_closer_look.py",)
 T_SCORE = ("tests/eval/test_score.py", "tests/sweep/test_compare.py")
+T_REPEATS = ("tests/sweep/test_run.py::"
+             "test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best")
+T_EXPORT = "tests/sweep/test_export.py::test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers"
+T_PAPERS = ("tests/sweep/test_compare.py::"
+            "test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows")
 T_PREFIX = ("tests/modeling/test_prefix.py",)
 T_PREPARE = ("tests/cli/test_prepare.py",)
 
@@ -563,27 +568,27 @@ MUTANTS: list[Mutant] = [
     Mutant("entry: the run's exit functions are skipped", "cli/__init__.py",
            "            run_exit_functions()\n", "", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
     Mutant("repeats: seeds from the base's train.seed, not the method's", "sweep/run.py",
-           "get(\"seed\", plan.trains[method].seed))", "get(\"seed\", plan.track.train.seed))", ("tests/sweep/test_run.py::test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best",)),
+           "get(\"seed\", plan.trains[method].seed))", "get(\"seed\", plan.track.train.seed))", (T_REPEATS,)),
     Mutant("repeats: a new best after a raised budget never repeated", "sweep/run.py",
            "    if plan.cfg.repeats == 0:\n        return\n    best = _best_trial(plan, study)",
-           "    if plan.cfg.repeats == 0 or \"repeats_of\" in study.user_attrs:\n        return\n    best = _best_trial(plan, study)", ("tests/sweep/test_run.py::test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best",)),
+           "    if plan.cfg.repeats == 0 or \"repeats_of\" in study.user_attrs:\n        return\n    best = _best_trial(plan, study)", (T_REPEATS,)),
     Mutant("repeats: a repeat queued twice runs twice", "sweep/workers.py",
            "        return any(t.number < trial.number and counts(t)", "        return False and any(t.number < trial.number",
            ("tests/sweep/test_run.py::test_a_repeat_queued_twice_runs_once",)),
     Mutant("resume: θ0 evaluated again by every worker", "sweep/run.py",
-           "track.need_original = not all(", "track.need_original = True or not all(", ("tests/sweep/test_run.py::test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best",)),
+           "track.need_original = not all(", "track.need_original = True or not all(", (T_REPEATS,)),
     Mutant("compare: the recipe's interval over its first seed only", "sweep/compare.py",
            "seeds = [p] + [q for q in coll.points if q.repeat_of == p.name and q.state == \"complete\"]\n        iv",
-           "seeds = [p]\n        iv", ("tests/sweep/test_run.py::test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best",)),
+           "seeds = [p]\n        iv", (T_REPEATS,)),
     Mutant("best configs: the trial's values left out", "sweep/export.py",
-           "plan.trains[method], params, f", "plan.trains[method], {}, f", ("tests/sweep/test_export.py::test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers",)),
+           "plan.trains[method], params, f", "plan.trains[method], {}, f", (T_EXPORT,)),
     Mutant("papers' columns: the selection's rows instead of the held-out ones", "sweep/compare.py",
            "values = {k: [judged(q)[0].get(k) for q in seeds]", "values = {k: [q.metrics.get(k) for q in seeds]",
-           ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
+           (T_PAPERS,)),
     Mutant("spread: population sd instead of the sample sd", "sweep/compare.py",
-           "{_num(statistics.stdev(vals))}", "{_num(statistics.pstdev(vals))}", ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
+           "{_num(statistics.stdev(vals))}", "{_num(statistics.pstdev(vals))}", (T_PAPERS,)),
     Mutant("timing: the mean minutes per trial instead of the median", "sweep/compare.py",
-           "\"median_s\": statistics.median(secs) if secs", "\"median_s\": statistics.mean(secs) if secs", ("tests/sweep/test_compare.py::test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows",)),
+           "\"median_s\": statistics.median(secs) if secs", "\"median_s\": statistics.mean(secs) if secs", (T_PAPERS,)),
 ]
 
 

@@ -165,6 +165,31 @@ def test_evaluate_knowledge_on_a_tiny_model(trained_small, small_tok):
     assert m["forget_mcq_n"] == 3 and 0.0 <= m["forget_mcq_accuracy"] <= 1.0
 
 
+def test_the_probe_on_the_other_facts_can_be_left_out(trained_small, small_tok, monkeypatch):
+    """knowledge.other_mcq=false: only the forget facts' options are scored (the forget probe is unchanged); the
+    other facts' probe is missing (None, n 0), never a number."""
+    import dataclasses
+
+    facts = [dataclasses.replace(f, distractors=("Lyon", "Oslo", "Milan") if f.family == "capitals" else
+                                 ("Rand", "Krona", "Peso")) for f in FACTS]  # every fact gets options of its own
+    sp = K.split_known(facts, RIGHT, forget_families=["capitals"], retain_share=0.5)
+    given = {f.id: r for f, r in zip(facts, RIGHT)}
+    scored, real = [], K.option_correct
+
+    def counted(model, tok, items, rows, **kw):
+        scored.append(len(items))
+        return real(model, tok, items, rows, **kw)
+
+    monkeypatch.setattr(K, "option_correct", counted)
+    both = K.evaluate_knowledge(trained_small, small_tok, sp, batch_size=4, replies=given)
+    forget_only = K.evaluate_knowledge(trained_small, small_tok, sp, batch_size=4, replies=given, other_mcq=False)
+    assert both["other_mcq_n"] > 0 and both["other_mcq_accuracy"] is not None
+    assert forget_only["other_mcq_accuracy"] is None and forget_only["other_mcq_n"] == 0
+    assert forget_only["rows"]["other_mcq_accuracy"] == []
+    assert forget_only["forget_mcq_accuracy"] == both["forget_mcq_accuracy"]
+    assert scored == [both["forget_mcq_n"], both["other_mcq_n"], both["forget_mcq_n"]]  # the second call: forget only
+
+
 def test_repeated_questions_never_land_in_forget_and_retain():
     twin = Fact("tofu-0", "tofu_world_facts", "", "What is the capital of  france?", "Paris")
     assert K.unique_questions([FR_CAP, twin, DE_CAP]) == [FR_CAP, DE_CAP]

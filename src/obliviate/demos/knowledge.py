@@ -69,7 +69,7 @@ def _unlearn_and_evaluate(model: Any, tok: Any, split: KnowledgeSplit, method: M
     student.eval()
     kc = cfg.knowledge
     out = {"metrics": evaluate_knowledge(student, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
-                                         max_eval=kc.max_eval, seed=cfg.seed),
+                                         max_eval=kc.max_eval, seed=cfg.seed, other_mcq=kc.other_mcq),
            "history": res.history, "train_seconds": res.seconds, "method": to_dict(method),
            "seconds_per_step": res.seconds / max(1, len(res.history)),
            "analysis": forget_analysis(model, student, tok, forget_rows, method, cfg.max_length)}
@@ -115,7 +115,7 @@ def run_knowledge_demo(cfg: KnowledgeDemoConfig, log: Any = print) -> dict[str, 
     forget_rows = split.train_rows("forget")
     probe_replies = {f.id: r for f, r in zip(facts, replies)}  # θ0's greedy replies: no second generation
     original = evaluate_knowledge(model, tok, split, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
-                                  max_eval=kc.max_eval, seed=cfg.seed, replies=probe_replies)
+                                  max_eval=kc.max_eval, seed=cfg.seed, replies=probe_replies, other_mcq=kc.other_mcq)
     runs: dict[str, Any] = {"original": {"metrics": original, "analysis": {
         "attention_entropy": entropy_by_layer(model, tok, forget_rows, max_length=cfg.max_length)}}}
     phase("evaluated the original model")

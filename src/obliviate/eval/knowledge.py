@@ -349,11 +349,12 @@ def knowledge_metric_infos() -> dict[str, Any]:
 
 def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max_new_tokens: int = 24,
                        batch_size: int = 32, max_eval: int | None = None, seed: int = 0,
-                       replies: dict[str, str] | None = None) -> dict[str, Any]:
+                       replies: dict[str, str] | None = None, other_mcq: bool = True) -> dict[str, Any]:
     """Accuracy per group, fluency of the forget replies, MCQ accuracy (forget vs other) of one model.
 
     `max_eval` caps neighbours / retain / heldout (first N; the forget group is always whole). `replies`
-    (fact id -> greedy reply, e.g. the probe's replies of the same model) skips generating them again."""
+    (fact id -> greedy reply, e.g. the probe's replies of the same model) skips generating them again.
+    `other_mcq` False: the probe runs on the forget facts only (other_mcq_accuracy is None, other_mcq_n 0)."""
 
     groups = split.max_eval_groups(max_eval)
     facts = [f for g in groups.values() for f in g]
@@ -386,7 +387,7 @@ def evaluate_knowledge(model: Any, tokenizer: Any, split: KnowledgeSplit, *, max
     pool = split.pool or [f for g in split.groups().values() for f in g]
     others = [f for k in ("neighbours", "retain", "heldout") for f in groups[k]]
     by_question = {split.rows[f.id].question: split.rows[f.id] for g in groups.values() for f in g}
-    for name, fs in (("forget", groups["forget"]), ("other", others)):
+    for name, fs in (("forget", groups["forget"]), ("other", others if other_mcq else [])):
         items = mcq_items(fs, pool, seed=seed)
         right = (option_correct(model, tokenizer, items, [by_question[it.question] for it in items],
                                 batch_size=batch_size) if items else [])

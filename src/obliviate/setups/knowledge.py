@@ -44,6 +44,8 @@ class KnowledgeSettings:
     max_eval: int | None = setting(20, "evaluate at most N facts of neighbours / retain / held-out (forget: all)")
     max_new_tokens: int = setting(24, "greedy reply length for probing and evaluation")
     batch_size: int = setting(32, "generation / scoring batch size")
+    other_mcq: bool = setting(True, "the 4-way probe on the known non-forget facts too (other_mcq_accuracy: 4 scored "
+                              "sentences per fact, about a third of an evaluation); false: the forget facts' probe only")
 
     def __post_init__(self) -> None:
         require(0 < self.retain_share <= 1, "knowledge.retain_share", self.retain_share, "in (0, 1]")

@@ -16,7 +16,7 @@ import yaml
 
 from obliviate.config import build, to_dict
 from obliviate.errors import ObliviateError
-from obliviate.sweep.compare import scales, best_per_method, collect
+from obliviate.sweep.compare import best_per_method, collect, scales
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import CONFIG_FILE, plan_sweep
 from obliviate.sweep.space import trial_settings

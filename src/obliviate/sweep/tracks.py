@@ -278,7 +278,8 @@ class KnowledgeTrack(Track):
                 s = s.without(self.held_out)
             s = KnowledgeSplit(s.forget[:rows], s.neighbours[:rows], s.retain[:rows], s.heldout[:rows], s.rows, s.pool)
         out = evaluate_knowledge(model, self.tok, s, max_new_tokens=kc.max_new_tokens, batch_size=kc.batch_size,
-                                 max_eval=kc.max_eval if rows is None else None, seed=self.cfg.seed, replies=replies)
+                                 max_eval=kc.max_eval if rows is None else None, seed=self.cfg.seed, replies=replies,
+                                 other_mcq=kc.other_mcq)
         out["forget_score"] = forget_score(out.get("forget_accuracy"), out.get("forget_mcq_accuracy"))
         return out
 
