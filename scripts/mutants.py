@@ -589,6 +589,9 @@ MUTANTS: list[Mutant] = [
            "{_num(statistics.stdev(vals))}", "{_num(statistics.pstdev(vals))}", (T_PAPERS,)),
     Mutant("timing: the mean minutes per trial instead of the median", "sweep/compare.py",
            "\"median_s\": statistics.median(secs) if secs", "\"median_s\": statistics.mean(secs) if secs", (T_PAPERS,)),
+    Mutant("knowledge: other_mcq=false still scores the other facts", "eval/knowledge.py",
+           '("other", others if other_mcq else [])', '("other", others)',
+           ("tests/eval/test_knowledge.py::test_the_probe_on_the_other_facts_can_be_left_out",)),
 ]
 
 
