@@ -18,26 +18,12 @@ from obliviate.sweep.run import run_sweep
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _unlearn_base(tmp_path, model_dir, small_world):
-    from obliviate.data.synthetic import write_world
-
-    world = write_world(small_world, tmp_path / "world")
-    base = tmp_path / "run.yaml"
-    base.write_text(yaml.safe_dump({
-        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
-                                                   "retain_split": "retain90", "max_length": 64},
-        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 2, "batch_size": 2, "progress": False},
-        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 4,
-                 "max_new_tokens": 4, "holdout_split": None}, "output_dir": "ignored"}))
-    return base
-
-
-def test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers(model_dir, small_world,
-                                                                                     tmp_path, monkeypatch):
+def test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers(unlearn_base, tmp_path,
+                                                                                     monkeypatch):
     """The exported config trains what the trial trained: `obliviate unlearn` on it reproduces the trial's metrics."""
     from obliviate.cli.unlearn import run_unlearn
 
-    base = _unlearn_base(tmp_path, model_dir, small_world)
+    base = unlearn_base(max_examples=4)
     out = tmp_path / "sw"
     methods = {"NPO": {"forget": "npo", "forget_args": {"beta": 0.1}, "retain": "nll", "train": {"seed": 3}},
                "GradDiff": {"forget": "ga", "retain": "nll"}}
@@ -64,8 +50,8 @@ def test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numb
         assert metrics[name] == pytest.approx(best["metrics"][name], abs=1e-6), name
 
 
-def test_a_method_without_a_best_gets_no_file_and_the_cli_writes_the_others(model_dir, small_world, tmp_path):
-    base = _unlearn_base(tmp_path, model_dir, small_world)
+def test_a_method_without_a_best_gets_no_file_and_the_cli_writes_the_others(unlearn_base, tmp_path):
+    base = unlearn_base(max_examples=4)
     out = tmp_path / "sw"
     methods = {"GA": {"forget": "ga", "retain": None}, "NPO": {"forget": "npo", "retain": "nll"}}
     cfg = build(SweepConfig, {"base": str(base), "methods": methods, "trials": 1, "sampler": "random",

@@ -253,17 +253,8 @@ def test_a_prune_rule_by_hand():
     assert not rel.broken(float("nan"), {"a": 0.8}) and not rel.broken(0.1, {})  # a missing value never prunes
 
 
-def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_world, tmp_path):
-    from obliviate.data.synthetic import write_world
-
-    world = write_world(small_world, tmp_path / "world")
-    base = tmp_path / "run.yaml"
-    base.write_text(yaml.safe_dump({
-        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
-                                                   "retain_split": "retain90", "max_length": 64},
-        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 2, "batch_size": 2, "progress": False},
-        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 2,
-                 "max_new_tokens": 4, "holdout_split": None}, "output_dir": "ignored"}))
+def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(unlearn_base, tmp_path):
+    base = unlearn_base(max_steps=2, max_examples=2, max_new_tokens=4)
     out = tmp_path / "sw"
     res = run_sweep(_cfg(base, out, trials=1, eval_every_steps=1, eval_rows=2), log=lambda s: None)
     assert res["outcomes"] == {"complete": 1}
@@ -277,22 +268,14 @@ def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(model_dir, small_wo
     assert not Path("ignored").exists()
 
 
-def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(model_dir, small_world, tmp_path, monkeypatch):
+def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_base, tmp_path, monkeypatch):
     """heldout_share on an unlearn (TOFU) base: every split is cut once by row; selection (objectives, the quick
     evaluation) reads one part, the trial's report the other, each with TOFU's own aggregates on its rows only
     (forget quality: the KS test on that part's forget rows against the retain model's truth ratios of the same rows)."""
-    from obliviate.data.synthetic import write_world
     from obliviate.eval import runner
     from obliviate.sweep.tracks import tofu_cut
 
-    world = write_world(small_world, tmp_path / "world")
-    base = tmp_path / "run.yaml"
-    base.write_text(yaml.safe_dump({
-        "model": {"path": str(model_dir)}, "data": {"source": str(world), "forget_split": "forget10",
-                                                   "retain_split": "retain90", "max_length": 64},
-        "method": {"forget": "npo", "retain": "nll"}, "train": {"max_steps": 1, "batch_size": 2, "progress": False},
-        "eval": {"forget_split": "forget10_perturbed", "retain_model": str(model_dir), "max_examples": 6,
-                 "max_new_tokens": 2, "holdout_split": None}, "output_dir": "ignored"}))
+    base = unlearn_base(max_steps=1, max_examples=6, max_new_tokens=2)
     seen, real = [], runner.evaluate_model
 
     def spy(model, tok, splits, cfg, retain_tr=None, *a, **kw):
