@@ -213,6 +213,25 @@ def test_every_tofu_aggregate_by_hand(hand_model):
     assert out["forget_generations"] == ["Fa one answer", ""] and out["forget_fact_recall"] is None
 
 
+def test_per_row_values_by_hand_and_their_means_are_the_metrics(hand_model):
+    # the rows interval bootstraps resample: each split's ROUGE-L recall, Prob and truth-ratio terms, and the forget
+    # replies' fluency; by hand from HAND: forget TR terms min(TR, 1/TR) = e^-1, e^-1; retain max(0, 1 - TR) =
+    # 1 - e^-1, 0; real authors 0.75, 0.75; world facts 0.5, 0; the forget reply "" is degenerate, "Fa one answer" not
+    out = evaluate_tofu(None, None, HAND, retain_model_forget_tr=np.exp([2.0, 3.0]))
+    rows = out["rows"]
+    expected = {"forget_truth_ratio": [1 / E, 1 / E], "retain_truth_ratio": [1 - 1 / E, 0.0],
+                "real_authors_truth_ratio": [0.75, 0.75], "world_facts_truth_ratio": [0.5, 0.0],
+                "forget_prob": [0.5, 0.25], "retain_prob": [1.0, 0.5], "real_authors_prob": [4 / 7, 4 / 7],
+                "world_facts_prob": [0.4, 1 / 7], "retain_rougeL_recall": [0.5, 0.0],
+                "forget_degenerate_share": [0.0, 1.0]}
+    for key, values in expected.items():
+        np.testing.assert_allclose(rows[key], values, atol=1e-9, err_msg=key)
+    assert {"forget_token_entropy", "forget_repetition_rate", "forget_rougeL_recall"} <= set(rows)
+    for key, values in rows.items():
+        assert len(values) == 2 and out[key] == pytest.approx(float(np.mean(values)), abs=1e-12), key
+    assert "forget_quality" not in rows and "model_utility" not in rows  # not means over rows
+
+
 def test_metrics_table_declares_direction_and_version():
     for name, info in METRICS.items():
         assert info.name == name and isinstance(info.higher_is_better, bool)

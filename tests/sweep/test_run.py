@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -288,6 +289,13 @@ def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_bas
     study, trials = _trials(out, "npo+nll")
     report = trials[0].user_attrs["report"]["metrics"]
     assert report["forget_quality"] is not None and study.user_attrs["original_report"]["forget_quality"] == 1.0
+    # each part keeps its own per-row values (compare's intervals over rows): their means are that part's metrics
+    for metrics, rows in ((trials[0].user_attrs["metrics"], trials[0].user_attrs["rows"]),
+                          (report, trials[0].user_attrs["report"]["rows"])):
+        assert {"forget_rougeL_recall", "forget_prob", "forget_degenerate_share", "retain_truth_ratio"} <= set(rows)
+        for key, values in rows.items():
+            assert metrics[key] == pytest.approx(float(np.mean(values)), abs=1e-9), key
+    assert len(trials[0].user_attrs["report"]["rows"]["forget_rougeL_recall"]) == len(seen[1][0]["forget"])
     parts = [q for q, _ in seen]
     assert len(parts) == 4  # θ0 and the trial, each on the selection part then the report part
     for select, held in (parts[0:2], parts[2:4]):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -84,16 +84,22 @@ def is_degenerate(text: str) -> bool:
     return repetition_rate(text) > DEGENERATE_REPETITION
 
 
-def fluency_summary(generations: Sequence[str], tokenizer: Any | None = None) -> dict[str, float]:
-    """Mean token entropy, mean repetition rate and degenerate share over a list of generations."""
+def fluency_rows(generations: Sequence[str], tokenizer: Any | None = None) -> dict[str, list[float]]:
+    """Each generation's token entropy, repetition rate and degenerate flag (1.0 / 0.0), keyed as fluency_summary's
+    means: [N] lists."""
+    return {"token_entropy": [float(token_entropy(g, tokenizer)) for g in generations],
+            "repetition_rate": [float(repetition_rate(g)) for g in generations],
+            "degenerate_share": [float(is_degenerate(g)) for g in generations]}
+
+
+def fluency_summary(generations: Sequence[str], tokenizer: Any | None = None,
+                    per_row: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
+    """Mean token entropy, mean repetition rate and degenerate share over a list of generations (`per_row`:
+    fluency_rows of the same generations, when the caller has them already)."""
     if len(generations) == 0:
         raise ValueError("fluency_summary needs at least one generation")
-    return {
-        "token_entropy": float(np.mean([token_entropy(g, tokenizer) for g in generations])),
-        "repetition_rate": float(np.mean([repetition_rate(g) for g in generations])),
-        "degenerate_share": float(np.mean([is_degenerate(g) for g in generations])),
-        "n": float(len(generations)),
-    }
+    per_row = fluency_rows(generations, tokenizer) if per_row is None else per_row
+    return {**{k: float(np.mean(v)) for k, v in per_row.items()}, "n": float(len(generations))}
 
 
 def generation_perplexity(model: Any, tokenizer: Any, questions: Sequence[str], generations: Sequence[str], *,

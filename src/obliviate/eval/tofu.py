@@ -17,7 +17,7 @@ from scipy.stats import hmean, ks_2samp
 
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.fluency import fluency_summary
+from obliviate.eval.fluency import fluency_rows, fluency_summary
 from obliviate.eval.generate import batched_avg_loss, generate_answers
 from obliviate.eval.metrics import MetricInfo, register
 
@@ -68,16 +68,21 @@ def truth_ratio(correct_loss: np.ndarray, perturbed_loss: np.ndarray) -> np.ndar
     return np.exp(c - p.mean(axis=1))
 
 
+def truth_ratio_terms(tr: np.ndarray, kind: str) -> np.ndarray:
+    """Each row's term of a split's TOFU truth ratio: min(TR, 1/TR) on the forget split, max(0, 1 - TR) on the
+    others. [N] -> [N]; their mean is the split's truth ratio."""
+    tr = _nonempty(tr, "truth ratios")
+    return np.minimum(tr, 1.0 / tr) if kind == "forget" else np.maximum(0.0, 1.0 - tr)
+
+
 def forget_truth_ratio(tr: np.ndarray) -> float:
     """TOFU forget-set truth ratio: mean(min(TR, 1/TR)). tr: [N] -> scalar."""
-    tr = _nonempty(tr, "truth ratios")
-    return float(np.mean(np.minimum(tr, 1.0 / tr)))
+    return float(np.mean(truth_ratio_terms(tr, "forget")))
 
 
 def retain_truth_ratio(tr: np.ndarray) -> float:
     """TOFU retain / real-authors / world-facts truth ratio: mean(max(0, 1 - TR)). tr: [N] -> scalar."""
-    tr = _nonempty(tr, "truth ratios")
-    return float(np.mean(np.maximum(0.0, 1.0 - tr)))
+    return float(np.mean(truth_ratio_terms(tr, "retain")))
 
 
 def normalised_prob(correct_loss: np.ndarray, option_losses: np.ndarray) -> np.ndarray:
@@ -204,6 +209,15 @@ class SplitResult:
     generations: list[str]
     summary: dict[str, Any] = field(default_factory=dict)
 
+    def rows(self) -> dict[str, list[float]]:
+        """Per-row values of this split's row-mean metrics, keyed by metric name ({kind}_rougeL_recall, _prob,
+        _truth_ratio where defined): each list's mean is the metric; what interval bootstraps resample."""
+        out = {f"{self.kind}_rougeL_recall": [float(v) for v in self.rougeL_recall]}
+        if self.prob is not None:
+            out[f"{self.kind}_prob"] = [float(v) for v in self.prob]
+        if self.truth_ratio is not None:
+            out[f"{self.kind}_truth_ratio"] = [float(v) for v in truth_ratio_terms(self.truth_ratio, self.kind)]
+        return out
 
 
 def perturbed_count(rows: Sequence[QARow]) -> tuple[int | None, str | None]:
@@ -317,6 +331,7 @@ def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARo
     out: dict[str, Any] = {name: None for name in METRICS}
     notes: list[str] = []
     results = {}
+    rows: dict[str, list[float]] = {}
     kinds = [k for k in KINDS if k in splits]
     for kind in kinds:  # the empty-split error before any generation
         if not splits[kind]:
@@ -335,20 +350,23 @@ def evaluate_tofu(model: Any, tokenizer: Any, splits: Mapping[str, Sequence[QARo
         if results_out is not None:
             results_out[kind] = res
         out.update({f"{kind}_{p}": res.summary[p] for p in ("prob", "rougeL_recall", "truth_ratio", "fact_recall")})
+        rows.update(res.rows())
         notes += [f"{kind}: {n}" for n in res.summary["notes"]]
-    out.update(_forget_extras(results.get("forget"), retain_model_forget_tr, tokenizer, notes))
+    out.update(_forget_extras(results.get("forget"), retain_model_forget_tr, tokenizer, notes, rows))
     missing = [k for k in UTILITY_KEYS if out.get(k) is None]
     if missing:
         notes.append(f"model_utility undefined: missing {', '.join(missing)}")
     else:
         out["model_utility"] = model_utility(out)
+    out["rows"] = rows
     out["notes"] = notes
     return out
 
 
 def _forget_extras(res: SplitResult | None, retain_tr: np.ndarray | None, tokenizer: Any,
-                   notes: list[str]) -> dict[str, Any]:
-    """Forget quality, per-example forget TRs, forget generations and their fluency (appends to notes)."""
+                   notes: list[str], rows: dict[str, list[float]]) -> dict[str, Any]:
+    """Forget quality, per-example forget TRs, forget generations and their fluency (appends to notes; the
+    fluency's per-row values go into `rows`)."""
     if res is None:
         notes.append("no forget split: forget metrics and forget_quality undefined")
         return {"forget_truth_ratio_per_example": None, "forget_generations": None}
@@ -359,7 +377,9 @@ def _forget_extras(res: SplitResult | None, retain_tr: np.ndarray | None, tokeni
         notes.append("forget_quality undefined: forget truth ratios could not be computed")
     else:
         fq = forget_quality(res.truth_ratio, retain_tr)
-    flu = fluency_summary(res.generations, tokenizer)
+    per_row = fluency_rows(res.generations, tokenizer)
+    rows.update({f"forget_{k}": v for k, v in per_row.items()})
+    flu = fluency_summary(res.generations, tokenizer, per_row)
     return {
         "forget_quality": fq,
         "forget_token_entropy": flu["token_entropy"],
