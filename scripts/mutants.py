@@ -51,6 +51,7 @@ T_EXPORT = "tests/sweep/test_export.py::test_the_best_trial_of_an_unlearn_sweep_
 T_PAPERS = ("tests/sweep/test_compare.py::"
             "test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows")
 T_PREFIX = ("tests/modeling/test_prefix.py",)
+T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
 
 MUTANTS: list[Mutant] = [
@@ -596,6 +597,15 @@ MUTANTS: list[Mutant] = [
     Mutant("knowledge: other_mcq=false still scores the other facts", "eval/knowledge.py",
            '("other", others if other_mcq else [])', '("other", others)',
            ("tests/eval/test_knowledge.py::test_the_probe_on_the_other_facts_can_be_left_out",)),
+    Mutant("sweep: a recipe cut short with its worker is not queued again", "sweep/run.py",
+           "            _requeue_recipe(plan, s, name)\n", "            pass\n", (T_RECIPE_CUT,)),
+    Mutant("sweep: a second copy of the recipe is not surplus", "sweep/workers.py",
+           'if trial.user_attrs.get("recipe") and any(', 'if False and any(', (T_RECIPE_CUT,)),
+    Mutant("sweep: a worker with other θ0 weights joins the study", "sweep/run.py",
+           "    if changed:\n        raise ObliviateError(", "    if False:\n        raise ObliviateError(",
+           ("tests/sweep/test_run.py::test_a_worker_with_other_weights_for_theta0_is_refused",)),
+    Mutant("eval device: LOCAL_RANK ignored", "modeling/load.py", 'int(os.environ.get("LOCAL_RANK", "0") or 0)', "0",
+           ("tests/modeling/test_load.py::test_eval_device_prefers_this_process_gpu_and_the_environment_overrides",)),
 ]
 
 

@@ -487,3 +487,14 @@ def test_a_command_is_one_module_and_one_line_of_the_dispatch_table(tmp_path, mo
         assert "say hello (a test command)" in capsys.readouterr().out
     finally:
         sys.modules.pop("my_hello", None)
+
+
+def test_python_dash_m_runs_the_same_command_line(tmp_path):
+    """`python -m obliviate` (no console script needed): a listing exits 0, a bad command exits 2 naming it."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "obliviate", "ls"], capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0 and "ASU_KL" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "obliviate", "unlern"], capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "unlern" in bad.stderr

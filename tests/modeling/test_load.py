@@ -53,3 +53,36 @@ def test_supported_choices_are_kept(gemma2_dir: str, tmp_path: Path, caplog: pyt
         assert choose_attn_implementation(str(tmp_path / "missing"), "sdpa") == "sdpa"  # loading reports that
     assert not caplog.records
     assert load_model(llama_dir).config._attn_implementation == "sdpa"
+
+
+def test_eval_device_prefers_this_process_gpu_and_the_environment_overrides(monkeypatch):
+    """θ0, retain and reference models score on cuda:LOCAL_RANK when a GPU is visible, on the CPU otherwise;
+    OBLIVIATE_EVAL_DEVICE wins, and a value that is no device is a ConfigError naming the variable."""
+    import torch
+
+    from obliviate.errors import ConfigError
+    from obliviate.modeling.load import eval_device, to_eval_device
+
+    monkeypatch.delenv("OBLIVIATE_EVAL_DEVICE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert eval_device() == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert eval_device() == torch.device("cuda", 1)
+    monkeypatch.setenv("OBLIVIATE_EVAL_DEVICE", "cpu")
+    assert eval_device() == torch.device("cpu")
+    model = torch.nn.Linear(2, 2)
+    assert to_eval_device(model) is model and model.weight.device.type == "cpu"
+    monkeypatch.setenv("OBLIVIATE_EVAL_DEVICE", "gpu7")
+    with pytest.raises(ConfigError, match="OBLIVIATE_EVAL_DEVICE='gpu7'.*cpu, cuda or cuda:N"):
+        eval_device()
+
+    class Placed(torch.nn.Linear):  # a model bitsandbytes placed: never moved
+        is_loaded_in_4bit = True
+
+        def to(self, *a, **kw):
+            raise AssertionError("moved")
+
+    monkeypatch.setenv("OBLIVIATE_EVAL_DEVICE", "cuda")
+    placed = Placed(2, 2)
+    assert to_eval_device(placed) is placed and to_eval_device(None) is None

@@ -447,6 +447,52 @@ def test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_
     assert run_sweep(cfg, log=lambda s: None)["ran"] == 0
 
 
+def test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial(base_file, tmp_path):
+    """A worker killed during the recipe (a deadline, a lost machine): the next worker fails that trial as stale and
+    runs the recipe again, so the study's first point stays the recipe; a recipe queued twice runs once."""
+    methods = {"NPO": {"forget": "npo", "retain": "nll"}}
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods=methods, start_at_recipe=True, trials=1)
+    assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0  # the study and its queued recipe only
+    study, _ = _trials(out, "NPO")
+    cut = study.ask()  # the recipe, taken by a worker that then died
+    assert cut.user_attrs["recipe"] is True
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from obliviate.sweep.workers import WORKER
+
+    cut.set_user_attr("worker", f"{WORKER.rpartition(':')[0]}:{dead.pid}")
+    assert run_sweep(cfg, log=lambda s: None)["outcomes"] == {"complete": 1}
+    trials = _trials(out, "NPO")[1]
+    assert [(t.state.name, bool(t.user_attrs.get("recipe"))) for t in trials] == [("FAIL", True), ("COMPLETE", True)]
+    assert trials[0].user_attrs["stale"] is True and trials[1].params == {"train.lr": 1e-3}
+    assert run_sweep(cfg, log=lambda s: None)["ran"] == 0
+    from obliviate.sweep.workers import surplus
+
+    study.enqueue_trial({"train.lr": 1e-3}, user_attrs={"recipe": True})  # a second worker's copy of the recipe
+    copy = study.ask()
+    assert copy.user_attrs["recipe"] and surplus(study, copy, budget=2)  # within budget, still surplus
+
+
+def test_a_worker_with_other_weights_for_theta0_is_refused(base_file, tmp_path):
+    """The first worker records θ0's weight digest in every study; a later worker whose θ0 has other weights (a
+    target fine-tuned again elsewhere) is refused before any trial, naming the model and both digests."""
+    from obliviate.receipt.digests import model_hashes, weights_digest
+    from obliviate.train.student import load_model
+
+    methods = {"NPO": {"forget": "npo", "retain": "nll"}}
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods=methods, trials=1)
+    assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0
+    study, _ = _trials(out, "NPO")
+    theta0 = load_model(plan_sweep(cfg).track.cfg.model)[0]
+    assert study.user_attrs["models"] == {"original": weights_digest(model_hashes(theta0))}
+    study.set_user_attr("models", {"original": "0" * 64})
+    with pytest.raises(ObliviateError, match=r"other weights for original \(original 000000000000 there, "):
+        run_sweep(cfg, log=lambda s: None)
+    assert _trials(out, "NPO")[1] == []  # no trial ran
+
+
 def test_a_repeat_queued_twice_runs_once(base_file, tmp_path):
     """Two workers that both find the best short of a repeat both queue it: the later copy is failed as surplus,
     never run."""

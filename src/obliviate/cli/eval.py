@@ -58,12 +58,13 @@ def eval_shortcuts(args: argparse.Namespace) -> list[str]:
 
 def run_eval(cfg: EvalRunConfig) -> dict[str, Any]:
     """Evaluate a saved model on one benchmark (eval/benchmarks.py) and write metrics.json + report.md."""
-    from obliviate.modeling.load import atomic_dir
+    from obliviate.modeling.load import atomic_dir, to_eval_device
 
     spec = BENCHMARKS.get(cfg.benchmark)
     inputs = eval_inputs(cfg)
     state, _ = preflight_eval(cfg)
     model, tok = load_model(cfg.model)
+    to_eval_device(model)  # scoring only: a visible GPU does it (OBLIVIATE_EVAL_DEVICE=cpu keeps the CPU)
     label = Path(cfg.model.path).name or cfg.model.path
     metrics = resolve(spec.run)(model, tok, cfg, state)
     metrics["benchmark"] = cfg.benchmark

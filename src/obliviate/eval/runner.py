@@ -28,7 +28,7 @@ from obliviate.eval.tofu import (
     truth_ratio,
 )
 from obliviate.modeling import chat
-from obliviate.modeling.load import load_pretrained
+from obliviate.modeling.load import load_pretrained, to_eval_device
 
 SPLIT_FIELDS = {"forget": "forget_split", "retain": "retain_split",
                 "real_authors": "real_authors_split", "world_facts": "world_facts_split"}
@@ -170,6 +170,7 @@ def evaluate_muse_run(model: Any, tokenizer: Any, cfg: MuseEvalConfig) -> dict[s
     retrain_auc = None
     if cfg.retrain_model and data.privleak_forget and data.privleak_holdout:
         rmodel, rtok = load_pretrained(cfg.retrain_model)
+        to_eval_device(rmodel)
         retrain_auc = auc_fn(rmodel, rtok, list(data.privleak_forget), list(data.privleak_holdout))
     res = evaluate_muse(model, tokenizer, data, mia_auc_fn=partial(auc_fn, notes=notes), retrain_auc=retrain_auc,
                         verbmem_max_new_tokens=cfg.verbmem_max_new_tokens,
@@ -226,6 +227,7 @@ def evaluate_tofu_run(model: Any, tok: Any, source: str, cfg: Any, max_length: i
     if cfg.retain_model:
         reference_forget_rows(splits, "eval.retain_model")
         retain_model, rtok = load_pretrained(cfg.retain_model)
+        to_eval_device(retain_model)
         chat.set_format(rtok, **chat.get_format(tok))  # the reference answers the same prompts as the model
         retain_tr = forget_truth_ratios(retain_model, rtok, splits["forget"], cfg, max_length)
         if rtok.get_vocab() != tok.get_vocab():  # token-level comparisons need one tokenizer

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -95,6 +96,31 @@ def load_model(path: str, *, dtype: str = "float32", attn_implementation: str = 
         )
     except Exception as exc:
         raise ObliviateError(f"could not load a causal LM from {path!r}: {exc}") from None
+    return model
+
+
+def eval_device() -> Any:
+    """Where obliviate evaluates a model it loaded: this process's CUDA GPU (cuda:LOCAL_RANK under a launcher) when
+    one is visible, else the CPU; the environment variable OBLIVIATE_EVAL_DEVICE (cpu, cuda, cuda:N) overrides.
+    Training places its student through accelerate; this is for θ0, reference and retain models that only score."""
+    asked = os.environ.get("OBLIVIATE_EVAL_DEVICE", "").strip()
+    if asked:
+        try:
+            return torch.device(asked)
+        except RuntimeError:
+            raise ConfigError(f"OBLIVIATE_EVAL_DEVICE={asked!r} is not a device: use cpu, cuda or cuda:N") from None
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
+    return torch.device("cpu")
+
+
+def to_eval_device(model: Any) -> Any:
+    """`model` on eval_device() (moved in place); a model bitsandbytes or a device map placed stays where it is."""
+    if model is None or getattr(model, "is_loaded_in_4bit", False) or getattr(model, "hf_device_map", None):
+        return model
+    device = eval_device()
+    if next(model.parameters()).device != device:
+        model.to(device)
     return model
 
 

@@ -256,6 +256,33 @@ def _check_study(study: Any, plan: SweepPlan) -> None:
                              f"in {diff}); use the same config, another study name (study=...) or another storage")
 
 
+def _model_digests(track: Any) -> dict[str, str]:
+    """SHA-256 weight digests (receipt/digests.py) of the models every trial is measured against: θ0 and, where the
+    track has one, the retain model whose truth ratios give forget quality."""
+    from obliviate.receipt.digests import model_hashes, weights_digest
+
+    out = {"original": weights_digest(model_hashes(track.model))}
+    if getattr(track, "retain_model", None) is not None:
+        out["retain"] = weights_digest(model_hashes(track.retain_model))
+    return out
+
+
+def _check_models(study: Any, digests: dict[str, str]) -> None:
+    """The study's trials were measured against these models (recorded by its first worker); a worker whose θ0 or
+    retain model has other weights (a target fine-tuned again on another machine, say) is refused."""
+    recorded = study.user_attrs.get("models")
+    if recorded is None:
+        study.set_user_attr("models", digests)
+        return
+    changed = sorted(k for k in set(recorded) | set(digests) if recorded.get(k) != digests.get(k))
+    if changed:
+        raise ObliviateError(
+            f"the storage's study {study.study_name!r} was measured against other weights for {', '.join(changed)} "
+            f"({', '.join(f'{k} {str(recorded.get(k))[:12]} there, {str(digests.get(k))[:12]} here' for k in changed)})"
+            ": its θ0 evaluation and trials do not describe these models; load the models it was made with, or use "
+            "another output_dir / storage")
+
+
 def _describe(params: dict[str, Any]) -> str:
     def show(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
@@ -394,6 +421,20 @@ def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
             study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
 
 
+def _requeue_recipe(plan: SweepPlan, study: Any, method: str) -> bool:
+    """Queue a method's recipe again when the trial that ran it stopped with its worker (interrupted, stale) and no
+    other trial holds it: the recipe stays the first point of every study; whether it was queued."""
+    from optuna.trial import TrialState
+
+    if method not in plan.recipes or not study.user_attrs.get("recipe"):
+        return False
+    held = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("recipe")]
+    if not held or any(counts(t) or t.state == TrialState.WAITING for t in held):
+        return False
+    study.enqueue_trial(plan.recipes[method], user_attrs={"recipe": True})
+    return True
+
+
 def _repeat_due(plan: SweepPlan, study: Any) -> bool:
     """A repeat waits to run (`_enqueue_repeats` queued what the current best lacks, a stopped worker's included)."""
     from optuna.trial import TrialState
@@ -436,6 +477,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if not track.need_original:
         log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
     track.prepare(log)
+    models = _model_digests(track)
+    for study in studies.values():
+        _check_models(study, models)
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
         if d.key == "method.forget_args.layers":
@@ -456,8 +500,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     outcomes: dict[str, int] = {}
     ran = 0
     while max_trials is None or ran < max_trials:
-        for s in studies.values():
+        for name, s in studies.items():
             fail_stale(s, cfg.stale_after_s)
+            _requeue_recipe(plan, s, name)
         method, waiting = _next_method(plan, studies)
         if method is None:
             for name, s in studies.items():

@@ -236,6 +236,7 @@ class KnowledgeTrack(Track):
         return [line for line in lines if not line.startswith("methods:")]  # the sweep names its own methods
 
     def prepare(self, log: Log) -> None:
+        from obliviate.modeling.load import to_eval_device
         from obliviate.setups.knowledge import probe_and_split
 
         cfg = self.cfg
@@ -243,7 +244,7 @@ class KnowledgeTrack(Track):
             self.check()
         facts = self._facts
         self.model, self.tok = load_model(dataclasses.replace(cfg.model, lora=LoraSettings()))
-        self.model.eval()
+        to_eval_device(self.model).eval()  # students are copies of it: they start where it is
         replies, self.split = probe_and_split(self.model, self.tok, facts, cfg)
         s = self.split
         log(f"probed {len(facts)} facts: forget {len(s.forget)}, neighbours {len(s.neighbours)}, retain {len(s.retain)}, "
@@ -423,7 +424,7 @@ class UnlearnTrack(TofuTrack):
 
     def prepare(self, log: Log) -> None:
         from obliviate.eval.runner import load_eval_splits
-        from obliviate.modeling.load import load_pretrained
+        from obliviate.modeling.load import load_pretrained, to_eval_device
 
         if not hasattr(self, "_plan"):
             self.check()
@@ -431,10 +432,10 @@ class UnlearnTrack(TofuTrack):
         self._rows = plan.forget, plan.retain
         self.model, self.tok = load_model(dataclasses.replace(self.cfg.model, lora=dataclasses.replace(
             self.cfg.model.lora, enabled=False)))
-        self.model.eval()
+        to_eval_device(self.model).eval()  # students are copies of it: they start where it is
         ev = self.cfg.eval
         source = ev.source or self.cfg.data.source
-        retain_model = load_pretrained(ev.retain_model)[0] if ev.retain_model else None
+        retain_model = to_eval_device(load_pretrained(ev.retain_model)[0]) if ev.retain_model else None
         self._ready(load_eval_splits(source, ev), ev, retain_model, source, log)
 
     def forget_retain(self) -> tuple[list, list]:

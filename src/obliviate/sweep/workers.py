@@ -64,7 +64,11 @@ def counts(trial: Any) -> bool:
 
 def surplus(study: Any, trial: Any, budget: int) -> bool:
     """Two workers that both saw one trial left both ask for it: the later trial (by number) is over the budget;
-    likewise a repeat whose seed an earlier repeat of the same best already took (both workers queued it)."""
+    likewise a repeat whose seed an earlier repeat of the same best already took, and a recipe an earlier trial
+    already ran or runs (both workers queued it)."""
+    if trial.user_attrs.get("recipe") and any(t.number < trial.number and counts(t) and t.user_attrs.get("recipe")
+                                              for t in study.get_trials(deepcopy=False)):
+        return True
     if is_repeat(trial):
         seed, of = trial.user_attrs.get("seed"), trial.user_attrs["repeat_of"]
         return any(t.number < trial.number and counts(t) and t.user_attrs.get("repeat_of") == of
