@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Several sweep workers on one machine (e.g. sharing one GPU), all stopped at a deadline, then the report.
+#   bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS SECONDS [key=value ...]
+# e.g. bash scripts/sweep_workers.sh configs/sweep/smollm2_tofu20.yaml tofu20-sweep 9 3600 trials=1
+# Workers share OUTPUT_DIR/sweep.db; a trial cut by the deadline is done again by the next run of the same command
+# (a recipe as the recipe). Each worker's log: OUTPUT_DIR-logs/wN.log. Needs obliviate importable (python -m).
+set -uo pipefail
+if [ $# -lt 4 ]; then
+  echo "usage: bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS SECONDS [key=value ...]" >&2; exit 2
+fi
+config=$1; out=$2; workers=$3; seconds=$4; shift 4
+case "$workers$seconds" in *[!0-9]*) echo "WORKERS and SECONDS must be whole numbers" >&2; exit 2;; esac
+[ -f "$config" ] || { echo "no such sweep config: $config" >&2; exit 2; }
+deadline=$(( $(date +%s) + seconds )); logs="$out-logs"; mkdir -p "$logs"
+cmd=(python3 -m obliviate sweep --config "$config" "output_dir=$out" "$@")
+# the first worker prepares the study (θ0's evaluation); the others join once it has, and reuse it
+OMP_NUM_THREADS=1 timeout $(( deadline - $(date +%s) )) "${cmd[@]}" > "$logs/w1.log" 2>&1 &
+first=$!
+until grep -q "prepared the" "$logs/w1.log" 2>/dev/null || ! kill -0 $first 2>/dev/null \
+      || [ "$(date +%s)" -ge "$deadline" ]; do sleep 3; done
+for i in $(seq 2 "$workers"); do
+  left=$(( deadline - $(date +%s) )); [ $left -gt 0 ] || break
+  OMP_NUM_THREADS=1 timeout $left "${cmd[@]}" > "$logs/w$i.log" 2>&1 &
+  sleep 1
+done
+wait
+python3 -m obliviate compare "$out" --out "$out" > "$logs/compare.log" 2>&1 && tail -1 "$logs/compare.log"
+grep -h "this worker ran" "$logs"/w*.log
