@@ -604,6 +604,9 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep: a worker with other θ0 weights joins the study", "sweep/run.py",
            "    if changed:\n        raise ObliviateError(", "    if False:\n        raise ObliviateError(",
            ("tests/sweep/test_run.py::test_a_worker_with_other_weights_for_theta0_is_refused",)),
+    Mutant("train.deterministic ignored", "train/loop.py", "    if cfg.deterministic:\n        make_deterministic()",
+           "    if False:\n        make_deterministic()",
+           ("tests/train/test_switches.py::test_deterministic_training_turns_on_torchs_deterministic_algorithms_and_cublas_workspace",)),
     Mutant("eval device: LOCAL_RANK ignored", "modeling/load.py", 'int(os.environ.get("LOCAL_RANK", "0") or 0)', "0",
            ("tests/modeling/test_load.py::test_eval_device_prefers_this_process_gpu_and_the_environment_overrides",)),
 ]

@@ -1,5 +1,6 @@
 """train.group_by_length, gradient_checkpointing, compile and precision: what each changes, and what it must not."""
 import copy
+import os
 
 import pytest
 import torch
@@ -106,3 +107,25 @@ def test_bf16_autocast_runs_matmuls_in_bf16_and_keeps_fp32_weights_and_loss(smal
 def test_precision_is_checked():
     with pytest.raises(Exception, match="train.precision"):
         TrainConfig(precision="fp8")
+
+
+def test_deterministic_training_turns_on_torchs_deterministic_algorithms_and_cublas_workspace(monkeypatch):
+    """train.deterministic: the accelerator's process runs torch's deterministic algorithms (warning, not failing,
+    where an op has none) with cuBLAS's fixed workspace; off by default, and a workspace set by the user is kept."""
+    import torch
+
+    from obliviate.config import TrainConfig
+    from obliviate.train.loop import make_accelerator
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        make_accelerator(TrainConfig(progress=False))
+        assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        make_accelerator(TrainConfig(progress=False, deterministic=True))
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        make_accelerator(TrainConfig(progress=False, deterministic=True))
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(False)

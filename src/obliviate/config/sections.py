@@ -199,6 +199,10 @@ class TrainConfig:
                                           "warmup_ratio")
     max_grad_norm: float | None = setting(1.0, "gradient clipping norm; null to disable")
     seed: int = setting(0, "seed for initialisation order, shuffling and forget/retain pairing")
+    deterministic: bool = setting(False, "bitwise-repeatable training on a GPU: torch's deterministic algorithms "
+                                  "(warning where an op has none) and cuBLAS's fixed workspace; slower. A model "
+                                  "fine-tuned again on another machine of the same kind then has the same weights, "
+                                  "so a study can go on there (sweeps check θ0's weight digest)")
     cpu: bool = setting(False, "force the CPU even when a GPU is present")
     progress: bool = setting(True, "show a rich progress bar")
     checkpoint_dir: str | None = setting(None, "directory for checkpoints; a run with one resumes from it")

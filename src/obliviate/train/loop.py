@@ -98,7 +98,17 @@ def make_accelerator(cfg: TrainConfig, tracking: Tracking | None = None) -> Any:
                           "the work and each write the output. Set train.cpu=true to train on CPUs, or launch one "
                           "process per GPU with torchrun")
     set_seed(cfg.seed)
+    if cfg.deterministic:
+        make_deterministic()
     return acc
+
+
+def make_deterministic() -> None:
+    """train.deterministic: torch's deterministic algorithms for every later op (a warning, not an error, where one
+    has none) and cuBLAS's fixed workspace (read when its first handle is made); cudnn's autotuner off."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
 
 
 def end_process(rc: int) -> NoReturn:
