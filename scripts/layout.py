@@ -106,7 +106,8 @@ def _deferred(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
 
 
 def read_layout() -> Layout:
-    files = sorted((SRC / PKG).rglob("*.py"))
+    # the package's __main__.py is `python -m obliviate`, the console script's twin: an entry point, not a floor
+    files = sorted(f for f in (SRC / PKG).rglob("*.py") if f != SRC / PKG / "__main__.py")
     modules = {_module_name(f): f for f in files}
     packages = {_module_name(f) for f in files if f.name == "__init__.py"}
     edges: list[Edge] = []

@@ -34,7 +34,18 @@ from obliviate.sweep.defaults import parse_axes, parse_bar
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
 from obliviate.sweep.tracks import Track, load_base, make_track
-from obliviate.sweep.workers import WORKER, Heartbeat, counts, fail_stale, is_repeat, surplus
+from obliviate.sweep.workers import (
+    WORKER,
+    Heartbeat,
+    check_models,
+    counts,
+    fail_stale,
+    is_repeat,
+    model_digests,
+    repeats_of,
+    requeue_recipe,
+    surplus,
+)
 
 Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
@@ -256,33 +267,6 @@ def _check_study(study: Any, plan: SweepPlan) -> None:
                              f"in {diff}); use the same config, another study name (study=...) or another storage")
 
 
-def _model_digests(track: Any) -> dict[str, str]:
-    """SHA-256 weight digests (receipt/digests.py) of the models every trial is measured against: θ0 and, where the
-    track has one, the retain model whose truth ratios give forget quality."""
-    from obliviate.receipt.digests import model_hashes, weights_digest
-
-    out = {"original": weights_digest(model_hashes(track.model))}
-    if getattr(track, "retain_model", None) is not None:
-        out["retain"] = weights_digest(model_hashes(track.retain_model))
-    return out
-
-
-def _check_models(study: Any, digests: dict[str, str]) -> None:
-    """The study's trials were measured against these models (recorded by its first worker); a worker whose θ0 or
-    retain model has other weights (a target fine-tuned again on another machine, say) is refused."""
-    recorded = study.user_attrs.get("models")
-    if recorded is None:
-        study.set_user_attr("models", digests)
-        return
-    changed = sorted(k for k in set(recorded) | set(digests) if recorded.get(k) != digests.get(k))
-    if changed:
-        raise ObliviateError(
-            f"the storage's study {study.study_name!r} was measured against other weights for {', '.join(changed)} "
-            f"({', '.join(f'{k} {str(recorded.get(k))[:12]} there, {str(digests.get(k))[:12]} here' for k in changed)})"
-            ": its θ0 evaluation and trials do not describe these models; load the models it was made with, or use "
-            "another output_dir / storage")
-
-
 def _describe(params: dict[str, Any]) -> str:
     def show(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
@@ -397,14 +381,6 @@ def _best_trial(plan: SweepPlan, study: Any) -> Any:
     return None if i is None else done[i]
 
 
-def _repeats(study: Any, number: int) -> list[Any]:
-    """The repeats of trial `number` that ran, run or wait to run (a repeat failed by its stopped worker is redone)."""
-    from optuna.trial import TrialState
-
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("repeat_of") == number and (counts(t) or t.state == TrialState.WAITING)]
-
-
 def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
     """Queue the repeats the method's current best trial lacks (other seeds, the same settings): a best found after
     `trials` was raised gets its own, and the repeats of an earlier best stay in the study."""
@@ -415,24 +391,10 @@ def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
         return
     study.set_user_attr("repeats_of", best.number)
     seed = int(best.user_attrs.get("params", {}).get("seed", plan.trains[method].seed))
-    have = {t.user_attrs.get("seed") for t in _repeats(study, best.number)}
+    have = {t.user_attrs.get("seed") for t in repeats_of(study, best.number)}
     for k in range(1, plan.cfg.repeats + 1):
         if seed + k not in have:
             study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
-
-
-def _requeue_recipe(plan: SweepPlan, study: Any, method: str) -> bool:
-    """Queue a method's recipe again when the trial that ran it stopped with its worker (interrupted, stale) and no
-    other trial holds it: the recipe stays the first point of every study; whether it was queued."""
-    from optuna.trial import TrialState
-
-    if method not in plan.recipes or not study.user_attrs.get("recipe"):
-        return False
-    held = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("recipe")]
-    if not held or any(counts(t) or t.state == TrialState.WAITING for t in held):
-        return False
-    study.enqueue_trial(plan.recipes[method], user_attrs={"recipe": True})
-    return True
 
 
 def _repeat_due(plan: SweepPlan, study: Any) -> bool:
@@ -477,9 +439,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if not track.need_original:
         log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
     track.prepare(log)
-    models = _model_digests(track)
-    for study in studies.values():
-        _check_models(study, models)
+    check_models(studies.values(), model_digests(track.model, getattr(track, "retain_model", None)))
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
         if d.key == "method.forget_args.layers":
@@ -502,7 +462,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     while max_trials is None or ran < max_trials:
         for name, s in studies.items():
             fail_stale(s, cfg.stale_after_s)
-            _requeue_recipe(plan, s, name)
+            requeue_recipe(s, plan.recipes.get(name))
         method, waiting = _next_method(plan, studies)
         if method is None:
             for name, s in studies.items():

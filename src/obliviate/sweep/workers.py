@@ -1,12 +1,16 @@
 """Trial bookkeeping shared by a sweep's workers: who runs a trial (WORKER), whether it is alive (its heartbeat),
-which trials are stale, which count against the budget, and which are repeats of a best trial."""
+which trials are stale, which count against the budget, which are repeats of a best trial, a recipe to queue again,
+and the weights every worker must measure against (θ0's and the retain model's digests)."""
 from __future__ import annotations
 
 import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Iterable
+
+from obliviate.errors import ObliviateError
+from obliviate.receipt.digests import model_hashes, weights_digest
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 ORPHAN_S = 30.0  # seconds after which a running trial that never named its worker counts as stale
@@ -103,3 +107,52 @@ class Heartbeat:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def model_digests(original: Any, retain_model: Any = None) -> dict[str, str]:
+    """SHA-256 weight digests (receipt/digests.py) of the models every trial is measured against: θ0 and, where the
+    track has one, the retain model whose truth ratios give forget quality."""
+    out = {"original": weights_digest(model_hashes(original))}
+    if retain_model is not None:
+        out["retain"] = weights_digest(model_hashes(retain_model))
+    return out
+
+
+def check_models(studies: Iterable[Any], digests: dict[str, str]) -> None:
+    """Each study's trials were measured against these models (recorded by its first worker); a worker whose θ0 or
+    retain model has other weights (a target fine-tuned again on another machine, say) is refused."""
+    for study in studies:
+        recorded = study.user_attrs.get("models")
+        if recorded is None:
+            study.set_user_attr("models", digests)
+            continue
+        changed = sorted(k for k in set(recorded) | set(digests) if recorded.get(k) != digests.get(k))
+        if not changed:
+            continue
+        raise ObliviateError(
+            f"the storage's study {study.study_name!r} was measured against other weights for {', '.join(changed)} ("
+            f"{', '.join(f'{k} {str(recorded.get(k))[:12]} there, {str(digests.get(k))[:12]} here' for k in changed)}"
+            "): its θ0 evaluation and trials do not describe these models; load the models it was made with, or use "
+            "another output_dir / storage")
+
+
+def requeue_recipe(study: Any, recipe: dict[str, Any] | None) -> bool:
+    """Queue a method's recipe again when the trial that ran it stopped with its worker (interrupted, stale) and no
+    other trial holds it: the recipe stays the first point of every study; whether it was queued."""
+    from optuna.trial import TrialState
+
+    if recipe is None or not study.user_attrs.get("recipe"):
+        return False
+    held = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("recipe")]
+    if not held or any(counts(t) or t.state == TrialState.WAITING for t in held):
+        return False
+    study.enqueue_trial(recipe, user_attrs={"recipe": True})
+    return True
+
+
+def repeats_of(study: Any, number: int) -> list[Any]:
+    """The repeats of trial `number` that ran, run or wait to run (a repeat failed by its stopped worker is redone)."""
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("repeat_of") == number and (counts(t) or t.state == TrialState.WAITING)]
