@@ -96,3 +96,38 @@ def test_the_best_of_a_knowledge_sweep_is_a_demo_config_with_that_method_alone(m
 
 def test_a_method_name_becomes_a_file_name():
     assert slug("NPO+SAGO") == "NPO+SAGO" and slug("my method/2") == "my_method_2"
+
+
+def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_path, monkeypatch, capsys):
+    """--audits DIR: the best trained again alone with its audit (`obliviate unlearn --config best/NPO.yaml
+    audit.enabled=true output_dir=DIR/NPO`) becomes a row of the report: each attack's headline share as audit.json
+    holds it; a folder without any best's audit is an error naming the files it expected, and nothing is written."""
+    from obliviate.cli import main
+
+    base = unlearn_base(max_examples=4)
+    out = tmp_path / "sw"
+    cfg = build(SweepConfig, {"base": str(base), "methods": {"NPO": {"forget": "npo", "retain": "nll"}}, "trials": 1,
+                              "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+                              "bar": {"keep": {"model_utility": 0.0}}, "output_dir": str(out)})
+    run_sweep(cfg, log=lambda s: None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", str(out), "--best-configs", "best"]) == 0
+    assert main(["unlearn", "--config", "best/NPO.yaml", "audit.enabled=true", "audit.max_new_tokens=4",
+                 "audit.relearn_steps=1", "audit.max_examples=4", "output_dir=audits/NPO"]) == 0
+    audit = json.loads((tmp_path / "audits/NPO/audit/audit.json").read_text())
+    assert main(["compare", str(out), "--audits", "audits", "--out", "cmp"]) == 0
+    summary = json.loads((tmp_path / "cmp/compare.json").read_text())["audits"]["NPO"]
+    assert summary["shares"] == {k: (audit["verdict"].get(k) or {}).get("share")
+                                 for k in ("relearn", "quantize", "paraphrase", "mia")}
+    assert summary["trial"] == "NPO #0" and summary["ref0"] == audit["ref0"]
+    row = next(line for line in (tmp_path / "cmp/report.md").read_text().splitlines() if line.startswith("| NPO | NPO #0 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    shares = [summary["shares"][k] for k in ("relearn", "quantize", "paraphrase", "mia")]  # the report's column order
+    shown = ["n/a" if v is None else f"{100 * v:.0f}%" for v in shares]
+    assert cells[2:6] == shown and cells[6] == audit["ref0"]
+    (tmp_path / "empty").mkdir()
+    capsys.readouterr()
+    assert main(["compare", str(out), "--audits", "empty", "--out", "cmp2"]) == 2
+    err = capsys.readouterr().err
+    assert "no audit of a best under empty" in err and "empty/NPO/audit/audit.json" in err and not (tmp_path / "cmp2").exists()
+    assert main(["compare", str(out), "--audits", "nowhere", "--out", "cmp3"]) == 2 and not (tmp_path / "cmp3").exists()

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--best-configs", metavar="DIR",
                    help="also write each method's best trial of the (first) sweep as DIR/<method>.yaml, a config that "
                         "`obliviate unlearn` (or `obliviate demo`) runs alone, e.g. to keep its weights and audit them")
+    p.add_argument("--audits", metavar="DIR",
+                   help="add each best's audit to the report: DIR/<method>/audit/audit.json, as `obliviate unlearn "
+                        "--config BEST.yaml audit.enabled=true output_dir=DIR/<method>` writes it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
         raise ObliviateError(f"--best-configs: {sweep} is not a sweep directory (no sweep.yaml); put the sweep's "
                              "output_dir first")
     out = args.out or (args.dirs[0] if (sweep / "sweep.yaml").is_file() else "obliviate-compare")
-    print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None, level=args.level)}")
+    audits = Path(args.audits) if args.audits else None
+    if audits is not None and not audits.is_dir():
+        raise ObliviateError(f"--audits: {audits} is not a folder; it holds one <method>/ run folder per audited best")
+    print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None, level=args.level, audits=audits)}")
     if args.best_configs:
         from obliviate.sweep.export import write_best_configs
 

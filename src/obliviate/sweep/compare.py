@@ -28,6 +28,7 @@ from obliviate.files import write_json_atomic
 from obliviate.report.html import load_results
 from obliviate.report.page import markdown_body, page
 from obliviate.report.plots import new_figure, png_bytes
+from obliviate.sweep.audits import audit_section
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
 
@@ -369,8 +370,10 @@ def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], 
     return lines + [""], summary
 
 
-def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
-    """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence."""
+def build_report(coll: Collection, level: float = 0.95,
+                 audits: Path | None = None) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
+    """(Markdown, the JSON summary, [(file name, figure)]) of a collection; `level`: the intervals' confidence;
+    `audits`: where each best's audit is (sweep/audits.py)."""
     bar, axes = scales(coll)
     front = fronts(coll, axes)
     bests = best_per_method(coll, bar)
@@ -397,13 +400,14 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
     paper_lines, papers = papers_section(coll, bests)
-    lines += paper_lines
+    audit_lines, audited = audit_section(bests, audits) if audits is not None else ([], {})
+    lines += paper_lines + audit_lines
     lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {},
-                               "recipes": recipes, "papers": papers, "timing": timing}
+                               "recipes": recipes, "papers": papers, "timing": timing, "audits": audited}
     for b in bests:
         if b.point is None:
             mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]
@@ -472,16 +476,15 @@ def build_report(coll: Collection, level: float = 0.95) -> tuple[str, dict[str, 
     return "\n".join(lines) + "\n", summary, figs
 
 
-def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95) -> Path:
+def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95,
+                  audits: Path | None = None) -> Path:
     """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
     check_level(level)
-
     coll = collect(dirs, storage)
     if not coll.points:
         raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
-    text, summary, figs = build_report(coll, level)
+    text, summary, figs = build_report(coll, level, audits)
     out.mkdir(parents=True, exist_ok=True)
-
     html_page = page("obliviate compare", markdown_body(text, dict(figs)))
     for name, fig in figs:
         tmp = out / f".{name}.tmp"

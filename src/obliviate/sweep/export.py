@@ -8,7 +8,6 @@ sweep's selection read only its part.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,6 +15,7 @@ import yaml
 
 from obliviate.config import build, to_dict
 from obliviate.errors import ObliviateError
+from obliviate.sweep.audits import slug
 from obliviate.sweep.compare import best_per_method, collect, scales
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import CONFIG_FILE, plan_sweep
@@ -37,11 +37,6 @@ def best_config(plan: Any, method: str, params: dict[str, Any], output_dir: str)
     raw["output_dir"] = output_dir
     build(type(track.cfg), raw)  # what the command will build: an invalid file is never written
     return raw
-
-
-def slug(name: str) -> str:
-    """A method name as a file name part: NPO+SAGO -> NPO+SAGO, 'my method' -> my_method."""
-    return re.sub(r"[^A-Za-z0-9+._-]+", "_", name)
 
 
 def write_best_configs(sweep_dir: Path, out: Path, log: Log = print) -> list[Path]:

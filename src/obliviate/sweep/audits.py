@@ -1,0 +1,58 @@
+"""Each method's best under attack, in `obliviate compare --audits DIR`: the audit of the best trained again alone
+(`obliviate compare --best-configs best/`, then `obliviate unlearn --config best/<method>.yaml audit.enabled=true
+output_dir=DIR/<method>`), read from DIR/<method>/audit/audit.json: the recovered share of each attack's headline
+(audit/run.py: 0% = the reference the audit names, 100% = back to θ0)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from obliviate.errors import ObliviateError
+
+ATTACKS = ("relearn", "quantize", "paraphrase", "mia")
+
+
+def slug(name: str) -> str:
+    """A method name as a file name part: NPO+SAGO -> NPO+SAGO, 'my method' -> my_method."""
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", name)
+
+
+def audit_file(audits: Path, method: str) -> Path:
+    return audits / slug(method) / "audit" / "audit.json"
+
+
+def _share(value: Any) -> str:
+    return "n/a" if value is None else f"{100 * float(value):.0f}%"
+
+
+def audit_section(bests: Sequence[Any], audits: Path) -> tuple[list[str], dict[str, Any]]:
+    """(Markdown lines, {method: {trial, file, ref0, shares}}) for the bests (compare's Best: .method, .point) whose
+    audit exists under `audits`; an ObliviateError naming the expected files when none does."""
+    named = [b for b in bests if b.point is not None]
+    lines = ["## Each best under attack", "", f"The audit of each best trained again alone ({audits}/<method>): the "
+             "share of the forgotten knowledge each attack's strongest variant brings back (0% = the audit's "
+             "reference, 100% = θ0). One run each: no interval.", "",
+             "| method | best | " + " | ".join(ATTACKS) + " | 0% reference |", "|---|---|" + "---|" * len(ATTACKS) + "---|"]
+    summary: dict[str, Any] = {}
+    for b in named:
+        path = audit_file(audits, b.method)
+        if not path.is_file():
+            continue
+        try:
+            audit = json.loads(path.read_text(encoding="utf-8"))
+            verdict = audit["verdict"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ObliviateError(f"--audits: {path} is not an audit.json that obliviate audit wrote ({exc!r}); run "
+                                 "the audit again") from None
+        shares = {k: (verdict.get(k) or {}).get("share") for k in ATTACKS}
+        summary[b.method] = {"trial": b.point.name, "file": str(path), "ref0": audit.get("ref0"), "shares": shares}
+        lines.append(f"| {b.method} | {b.point.name} | " + " | ".join(_share(shares[k]) for k in ATTACKS)
+                     + f" | {audit.get('ref0') or '?'} |")
+    if not summary:
+        expected = ", ".join(str(audit_file(audits, b.method)) for b in named) or "none: no method has a best"
+        raise ObliviateError(f"--audits: no audit of a best under {audits} (expected {expected}); run `obliviate "
+                             "compare SWEEP --best-configs best/`, then `obliviate unlearn --config best/<method>.yaml "
+                             f"audit.enabled=true output_dir={audits}/<method>`")
+    return lines + [""], summary
