@@ -474,9 +474,11 @@ def test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampl
     assert copy.user_attrs["recipe"] and surplus(study, copy, budget=2)  # within budget, still surplus
 
 
-def test_a_worker_with_other_weights_for_theta0_is_refused(base_file, tmp_path):
-    """The first worker records θ0's weight digest in every study; a later worker whose θ0 has other weights (a
-    target fine-tuned again elsewhere) is refused before any trial, naming the model and both digests."""
+def test_a_worker_with_other_weights_for_theta0_or_other_rows_is_refused(base_file, tmp_path):
+    """The first worker records the digests of θ0's weights and of the rows (the probe's groups, the held-out cut)
+    in every study; a later worker with other weights (a target fine-tuned again elsewhere) or other rows (a probe
+    that kept other facts on another CPU) is refused before any trial, naming what differs and both digests. A study
+    recorded before a digest existed is given it, not refused."""
     from obliviate.receipt.digests import model_hashes, weights_digest
     from obliviate.train.student import load_model
 
@@ -486,9 +488,17 @@ def test_a_worker_with_other_weights_for_theta0_is_refused(base_file, tmp_path):
     assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0
     study, _ = _trials(out, "NPO")
     theta0 = load_model(plan_sweep(cfg).track.cfg.model)[0]
-    assert study.user_attrs["models"] == {"original": weights_digest(model_hashes(theta0))}
-    study.set_user_attr("models", {"original": "0" * 64})
-    with pytest.raises(ObliviateError, match=r"other weights for original \(original 000000000000 there, "):
+    recorded = study.user_attrs["models"]
+    assert recorded["original"] == weights_digest(model_hashes(theta0)) and set(recorded) == {"original", "rows"}
+    study.set_user_attr("models", {"original": recorded["original"]})  # made before the rows had a digest
+    assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0
+    assert _trials(out, "NPO")[0].user_attrs["models"] == recorded
+    study.set_user_attr("models", {**recorded, "rows": "1" * 64})
+    with pytest.raises(ObliviateError, match=r"made with other rows \(training, evaluation, cut\) \(rows 111111111111 "
+                                             r"there, "):
+        run_sweep(cfg, log=lambda s: None)
+    study.set_user_attr("models", {**recorded, "original": "0" * 64})
+    with pytest.raises(ObliviateError, match=r"made with other θ0's weights \(original 000000000000 there, "):
         run_sweep(cfg, log=lambda s: None)
     assert _trials(out, "NPO")[1] == []  # no trial ran
 
@@ -539,3 +549,42 @@ def test_a_sweep_recorded_before_a_key_existed_is_still_the_same_sweep(base_file
     assert prepare_output(cfg) is True
     with pytest.raises(ObliviateError, match="holds another sweep"):
         prepare_output(_cfg(base_file, out, start_at_recipe=True))
+
+
+def test_a_tofu_tracks_rows_key_follows_its_training_rows_splits_and_cut():
+    """The rows digest a study records (with the weights' digests): another training row, another evaluation answer or
+    another held-out cut is another key; the same rows again are the same key."""
+    from obliviate.data.rows import QARow
+    from obliviate.sweep.tracks import UnlearnTrack, tofu_cut
+
+    def track(answer="Lima.", train="Tom writes.", share=0.5):
+        t = object.__new__(UnlearnTrack)
+        t._rows = [QARow("Where?", "Lima.")], [QARow("Who?", train)]
+        t.splits = {"forget": [QARow("Where?", answer), QARow("When?", "1961.")],
+                    "retain": [QARow(f"Q{i}?", f"A{i}.") for i in range(4)]}
+        t.cut = tofu_cut(t.splits, share, 0) if share else None
+        return t
+
+    key = track().rows_key()
+    assert track().rows_key() == key and len(key) == 64
+    assert len({key, track(answer="Lima, Peru.").rows_key(), track(train="Tom paints.").rows_key(),
+                track(share=None).rows_key()}) == 4
+
+
+def test_a_knowledge_tracks_rows_key_follows_the_probes_groups_and_the_held_out_facts():
+    from types import SimpleNamespace
+
+    from obliviate.eval.knowledge import KnowledgeSplit
+    from obliviate.sweep.tracks import KnowledgeTrack
+
+    def track(forget=("f1", "f2"), retain=("r1",), held=("f2",)):
+        t = object.__new__(KnowledgeTrack)
+        facts = {i: SimpleNamespace(id=i) for i in (*forget, *retain)}
+        t.split = KnowledgeSplit([facts[i] for i in forget], [], [facts[i] for i in retain], [])
+        t.held_out = set(held)
+        return t
+
+    key = track().rows_key()
+    assert track().rows_key() == key
+    assert len({key, track(forget=("f1", "f3")).rows_key(), track(retain=("r2",)).rows_key(),
+                track(held=("f1",)).rows_key()}) == 4

@@ -439,7 +439,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if not track.need_original:
         log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
     track.prepare(log)
-    check_models(studies.values(), model_digests(track.model, getattr(track, "retain_model", None)))
+    check_models(studies.values(), {**model_digests(track.model, getattr(track, "retain_model", None)),
+                                    "rows": track.rows_key()})
 
     for d in plan.dims:  # layer sets against the loaded model, before any trial
         if d.key == "method.forget_args.layers":

@@ -213,6 +213,18 @@ class Track:
         every row is read by both; the knowledge track cuts its rows in two (eval/heldout.py)."""
         return numbers(evaluation), dict(evaluation.get("rows") or {}), None
 
+    def rows_record(self) -> Any:
+        """What a trial trains on and is measured on, as plain data (after prepare): the training rows here."""
+        return [[repr(r) for r in side] for side in self.forget_retain()]
+
+    def rows_key(self) -> str:
+        """SHA-256 of rows_record(): a study goes on only on the same rows (sweep/workers.check_models), since a
+        probe or a split made on another machine may keep other facts."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.rows_record(), sort_keys=True, default=str).encode()).hexdigest()
+
 
 class KnowledgeTrack(Track):
     kind = "knowledge"
@@ -293,6 +305,11 @@ class KnowledgeTrack(Track):
     def forget_retain(self) -> tuple[list, list]:
         return self.split.train_rows("forget"), self.split.train_rows("retain")
 
+    def rows_record(self) -> Any:
+        """The probe's groups (fact ids) and the facts held out for the verdict."""
+        return {"groups": {g: [f.id for f in fs] for g, fs in self.split.groups().items()},
+                "held_out": sorted(self.held_out or ())}
+
     def student(self) -> Any:
         return student_copy(self.model, self.cfg.model)
 
@@ -323,6 +340,12 @@ class TofuTrack(Track):
                 f"(heldout_share {self.heldout_share:g}); selection reads the others")
         if self.need_original:
             self.original, _, self.original_report = self.parts(self.evaluate(self.model))
+
+    def rows_record(self) -> Any:
+        """The training rows, every evaluation split's questions and answers, and the selection / held-out cut."""
+        cut = None if self.cut is None else [{k: v.tolist() for k, v in part.items()} for part in self.cut]
+        return {"train": super().rows_record(), "cut": cut,
+                "splits": {k: [[r.question, r.answer] for r in rows] for k, rows in self.splits.items()}}
 
     def _on(self, model: Any, which: int) -> dict[str, Any]:
         """TOFU's metrics on one part of the rows (0: selection, 1: the held-out report), forget quality against the

@@ -118,22 +118,24 @@ def model_digests(original: Any, retain_model: Any = None) -> dict[str, str]:
     return out
 
 
+WHAT = {"original": "θ0's weights", "retain": "the retain model's weights", "rows": "rows (training, evaluation, cut)"}
+
+
 def check_models(studies: Iterable[Any], digests: dict[str, str]) -> None:
-    """Each study's trials were measured against these models (recorded by its first worker); a worker whose θ0 or
-    retain model has other weights (a target fine-tuned again on another machine, say) is refused."""
+    """Each study's trials were measured against these models and rows (digests recorded by its first worker; a
+    digest the study lacks is recorded now); a worker with others (a target fine-tuned again, a probe that kept
+    other facts on another machine) is refused."""
     for study in studies:
-        recorded = study.user_attrs.get("models")
-        if recorded is None:
-            study.set_user_attr("models", digests)
-            continue
-        changed = sorted(k for k in set(recorded) | set(digests) if recorded.get(k) != digests.get(k))
-        if not changed:
-            continue
-        raise ObliviateError(
-            f"the storage's study {study.study_name!r} was measured against other weights for {', '.join(changed)} ("
-            f"{', '.join(f'{k} {str(recorded.get(k))[:12]} there, {str(digests.get(k))[:12]} here' for k in changed)}"
-            "): its θ0 evaluation and trials do not describe these models; load the models it was made with, or use "
-            "another output_dir / storage")
+        recorded = dict(study.user_attrs.get("models") or {})
+        changed = sorted(k for k in digests if k in recorded and recorded[k] != digests[k])
+        if changed:
+            raise ObliviateError(
+                f"the storage's study {study.study_name!r} was made with other {', '.join(WHAT.get(k, k) for k in changed)}"
+                f" ({', '.join(f'{k} {recorded[k][:12]} there, {digests[k][:12]} here' for k in changed)}): its θ0 "
+                "evaluation and trials do not describe this worker's; load the models and data it was made with, or "
+                "use another output_dir / storage")
+        if any(k not in recorded for k in digests):
+            study.set_user_attr("models", {**recorded, **digests})
 
 
 def requeue_recipe(study: Any, recipe: dict[str, Any] | None) -> bool:
