@@ -1,6 +1,6 @@
 """Trial bookkeeping shared by a sweep's workers: who runs a trial (WORKER), whether it is alive (its heartbeat),
 which trials are stale, which count against the budget, which are repeats of a best trial, a recipe to queue again,
-and the weights every worker must measure against (θ0's and the retain model's digests)."""
+and what every worker must measure against (digests of θ0's and the retain model's weights and of the rows)."""
 from __future__ import annotations
 
 import os
