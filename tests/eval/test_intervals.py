@@ -50,6 +50,18 @@ def test_metrics_without_rows_enter_as_they_are():
     assert (iv.estimate, iv.low, iv.high) == (1.0, 1.0, 1.0)
 
 
+def test_the_row_count_is_that_of_the_metrics_the_score_rests_on():
+    """A forget score over 3 forget rows beside 175 retain rows rests on 3 rows, not 175; forget_score rests on its
+    two accuracies (the knowledge track recomputes it from them)."""
+    rows = {"forget_accuracy": [1, 0, 1], "forget_mcq_accuracy": [1, 1, 0, 0], "retain_accuracy": [1] * 175}
+    assert bootstrap(ACC, [({}, rows)], reads=ACC.rests_on).rows == 3
+    assert bootstrap(ACC, [({}, rows)]).rows == 175  # without `reads`: every metric's rows
+    score = parse_expr("forget_score")
+    assert score.rests_on == ("forget_score", "forget_accuracy", "forget_mcq_accuracy")
+    assert parse_expr("min(a, forget_accuracy)").rests_on == ("a", "forget_accuracy")
+    assert bootstrap(score, [({"forget_score": 0.5}, rows)], reads=score.rests_on).rows == 4
+
+
 @pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9"])
 def test_a_level_outside_zero_one_is_refused(level):
     with pytest.raises(ConfigError, match="strictly between 0 and 1"):

@@ -16,7 +16,7 @@ group are reported as tied, never ranked among themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -62,10 +62,12 @@ def _means(rows: Mapping[str, np.ndarray], picks: Mapping[int, np.ndarray] | Non
 
 def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str, Sequence[float]]]], *,
               level: float = 0.95, draws: int = 2000, seed: int = 0,
-              derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Interval:
+              derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+              reads: Iterable[str] | None = None) -> Interval:
     """Interval of `score` over seeds × rows (module docstring). seeds: one (metrics, per-row values) per seed;
     per-row values: metric -> [N] numbers whose mean is that metric (they replace it in the score's input).
-    derive: recomputes metrics made from others (e.g. forget_score from its two accuracies) before scoring."""
+    derive: recomputes metrics made from others (e.g. forget_score from its two accuracies) before scoring.
+    reads: the metrics the score rests on; the interval's row count is the largest of theirs (default: of all)."""
     level = check_level(level)
     if derive is not None:
         inner = score
@@ -76,7 +78,8 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
     full = [score({**m, **_means(r, None)}) for m, r in tables]
     estimate = float(np.mean(full))
     resampled = len(tables) > 1 or bool(tables[0][1])
-    n_rows = max((len(v) for _, r in tables for v in r.values()), default=0)
+    wanted = None if reads is None else set(reads)
+    n_rows = max((len(v) for _, r in tables for k, v in r.items() if wanted is None or k in wanted), default=0)
     if not resampled or np.isnan(estimate):
         return Interval(estimate, estimate, estimate, level, len(tables), n_rows, False)
     rng = np.random.default_rng(seed)

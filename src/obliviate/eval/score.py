@@ -35,6 +35,11 @@ class Expr:
         except ZeroDivisionError:
             return math.nan
 
+    @property
+    def rests_on(self) -> tuple[str, ...]:
+        """The metrics its value rests on (`metrics_read` of its names)."""
+        return metrics_read(self.names)
+
 
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -114,10 +119,19 @@ def forget_score(generation_accuracy: float | None, mcq_accuracy: float | None, 
     return max(parts) if parts else None
 
 
+FORGET_SCORE_PARTS = ("forget_accuracy", "forget_mcq_accuracy")
+
+
+def metrics_read(names: Iterable[str]) -> tuple[str, ...]:
+    """The metrics an expression over `names` rests on: the names, with forget_score's two parts added after it."""
+    out = list(dict.fromkeys(names))
+    return tuple(out + [n for n in FORGET_SCORE_PARTS if n not in out] if "forget_score" in out else out)
+
+
 def with_forget_score(metrics: dict[str, Any]) -> dict[str, Any]:
     """`metrics` with forget_score recomputed from forget_accuracy and forget_mcq_accuracy (forget_score's rule),
     for scores whose parts were resampled (eval/intervals.py); unchanged when neither part is there."""
-    if metrics.get("forget_accuracy") is None and metrics.get("forget_mcq_accuracy") is None:
+    if all(metrics.get(n) is None for n in FORGET_SCORE_PARTS):
         return metrics
     return {**metrics, "forget_score": forget_score(metrics.get("forget_accuracy"), metrics.get("forget_mcq_accuracy"))}
 

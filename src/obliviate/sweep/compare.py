@@ -292,13 +292,12 @@ def judged(p: Point) -> tuple[dict[str, Any], dict[str, list]]:
     return p.metrics, p.rows
 
 
-def intervals(coll: Collection, bar: Bar, bests: Sequence[Best], level: float) -> dict[str, Interval]:
-    """Each best's bar.forget with its bootstrap interval over its seeds and, where trials kept them, its rows
-    (eval/intervals.py), on the held-out rows when the study kept them; the knowledge track's forget_score is
-    recomputed from its resampled accuracies."""
-    derive = with_forget_score if coll.kind == "knowledge" else None
-    return {b.method: bootstrap(bar.forget, [judged(p) for p in b.seeds], level=level, derive=derive)
-            for b in bests if b.point is not None}
+def forget_interval(coll: Collection, bar: Bar, seeds: Sequence[Point], level: float) -> Interval:
+    """bar.forget's bootstrap interval (eval/intervals.py) over `seeds` (one point per seed) and, where trials kept
+    them, the rows a verdict reads (`judged`: the held-out ones when the study kept them); its row count is that of
+    the metrics it rests on, and the knowledge track's forget_score is recomputed from its resampled parts."""
+    return bootstrap(bar.forget, [judged(p) for p in seeds], level=level, reads=bar.forget.rests_on,
+                     derive=with_forget_score if coll.kind == "knowledge" else None)
 
 
 def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: float) -> tuple[list[str], dict]:
@@ -308,7 +307,6 @@ def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: 
     recipes = [p for p in coll.points if p.recipe and p.state == "complete"]
     if not recipes:
         return [], {}
-    derive = with_forget_score if coll.kind == "knowledge" else None
     lines = ["## Each method at its recipe", "", "The first trial of each study: the base config with the method's "
              "own section (for presets taken from the papers, the authors' recipe scaled to this model).", "",
              f"| method | trial | forget | utility | fluency | {bar.forget.text} | {level:.0%} interval (rows × seeds) | "
@@ -316,7 +314,7 @@ def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: 
     summary = {}
     for p in recipes:
         seeds = [p] + [q for q in coll.points if q.repeat_of == p.name and q.state == "complete"]
-        iv = bootstrap(bar.forget, [judged(q) for q in seeds], level=level, derive=derive)
+        iv = forget_interval(coll, bar, seeds, level)
         ok = bar.passes(p.metrics, coll.original)
         m = p.metrics
         lines.append(f"| {p.method} | {p.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
@@ -377,7 +375,7 @@ def build_report(coll: Collection, level: float = 0.95,
     bar, axes = scales(coll)
     front = fronts(coll, axes)
     bests = best_per_method(coll, bar)
-    ivs = intervals(coll, bar, bests, check_level(level))
+    ivs = {b.method: forget_interval(coll, bar, b.seeds, check_level(level)) for b in bests if b.point is not None}
     methods = list(dict.fromkeys(p.method for p in coll.points))
     lines = ["# obliviate compare", "", f"Sources: {', '.join(sorted({p.source for p in coll.points}))}",
              f"Axes: forget = `{axes['forget'].text}` (lower is better), utility = `{axes['utility'].text}` (higher "
