@@ -1,6 +1,7 @@
 """`obliviate compare`: the front and the best-at-matched-utility table on a small table worked out by hand."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -174,10 +175,14 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
         _tofu("GA", 0, 0.5, 0.2, 0.5, recipe=True),  # no held-out report: selection's values; recipe = best
     ]
     original = {"forget_quality": 2e-5, "model_utility": 0.2, "forget_rougeL_recall": 1.0, "forget_degenerate_share": 0.0}
-    coll = Collection(points, original, "unlearn", original_report={**original, "forget_quality": 3e-5})
+    retain = {"forget_quality": 1.0, "model_utility": 0.19, "forget_rougeL_recall": 0.35}
+    coll = Collection(points, original, "unlearn", original_report={**original, "forget_quality": 3e-5}, retain=retain)
     text, summary, _ = build_report(coll)
     assert "## In the papers' columns" in text
     assert "| θ0 | the original model | | 3.0e-05 | 0.200 | – | – | 1.000 | – | 0.000 |" in text
+    assert "| retain | the retain model (never trained on the forget rows) | | 1.000 | 0.190 | – | – | 0.350 | – | – |" \
+        in text and summary["retain"] == retain
+    assert "| retain |" not in build_report(dataclasses.replace(coll, retain=None))[0]
     assert "| NPO | recipe: NPO #0 | 1 | 1.0e-04 | 0.200 | 0.100 | 0.100 | 0.800 | 0.600 | 0.000 |" in text
     # the best (#1, lowest ROUGE-L at matched utility) over its 2 seeds: FQ (0.1, 0.3), ROUGE-L (0.4, 0.2) held out
     assert "| NPO | best: NPO #1 | 2 | 0.200 ± 0.141 | 0.200 ± 0.000 | 0.700 ± 0.000 | 0.100 ± 0.000 | 0.300 ± 0.141 |" \

@@ -297,12 +297,15 @@ def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_bas
             assert metrics[key] == pytest.approx(float(np.mean(values)), abs=1e-9), key
     assert len(trials[0].user_attrs["report"]["rows"]["forget_rougeL_recall"]) == len(seen[1][0]["forget"])
     parts = [q for q, _ in seen]
-    assert len(parts) == 4  # θ0 and the trial, each on the selection part then the report part
-    for select, held in (parts[0:2], parts[2:4]):
+    assert len(parts) == 6  # θ0, the retain model and the trial, each on the selection part then the report part
+    for select, held in (parts[0:2], parts[2:4], parts[4:6]):
         for split in select:
             assert select[split] and held[split] and not set(select[split]) & set(held[split]), split
     assert len(seen[0][1]) == len(parts[0]["forget"]) and len(seen[1][1]) == len(parts[1]["forget"])  # its own rows'
     assert study.user_attrs["original"]["forget_quality"] == 1.0  # θ0 against itself, on the selection part too
+    # the retain model (here θ0's own weights) is recorded once, on the verdict's rows: θ0's held-out report exactly
+    assert study.user_attrs["retain_report"] == study.user_attrs["original_report"]
+    assert study.user_attrs["retain_report"] != study.user_attrs["original"]
     cut = tofu_cut({"a": list(range(6)), "b": list(range(3))}, 0.5, 0)
     assert [sorted(cut[0][k].tolist() + cut[1][k].tolist()) for k in "ab"] == [list(range(6)), list(range(3))]
     assert len(cut[1]["a"]) == 3 and len(cut[1]["b"]) in (1, 2)

@@ -61,6 +61,7 @@ class Collection:
     kind: str
     sweep: dict[str, Any] | None = None  # the sweep's config (its bar and axes)
     original_report: dict[str, Any] | None = None  # θ0 on the held-out rows (knowledge sweeps)
+    retain: dict[str, Any] | None = None  # the retain model on the verdict's rows (TOFU sweeps with eval.retain_model)
 
 
 def _numbers(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                  "sweep first")
         storage = open_storage(url)
     prefix = f"{cfg.get('study', 'sweep')}/"
-    points, original, kind, original_report = [], {}, "", None
+    points, original, kind, original_report, retain = [], {}, "", None, None
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if not summary.study_name.startswith(prefix):
             continue
@@ -87,6 +88,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         original = original or dict(study.user_attrs.get("original", {}))
         original_report = original_report or study.user_attrs.get("original_report")
+        retain = retain or study.user_attrs.get("retain_report")
         kind = kind or study.user_attrs.get("track", "")
         for t in study.get_trials(deepcopy=False):
             ua = t.user_attrs
@@ -100,7 +102,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
                                 dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe")),
                                 ua.get("seconds")))
-    return Collection(points, original, kind, cfg, original_report)
+    return Collection(points, original, kind, cfg, original_report, retain)
 
 
 def _result_points(directory: Path) -> Collection:
@@ -133,7 +135,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
         out.original = out.original or c.original
         out.kind = out.kind or c.kind
         out.sweep = out.sweep or c.sweep
-        out.original_report = out.original_report or c.original_report
+        out.original_report, out.retain = out.original_report or c.original_report, out.retain or c.retain
     return out
 
 
@@ -347,10 +349,10 @@ def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], 
              "ratio and degenerate share; mean ± sd over seeds, on the verdict's rows.", "",
              "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
              "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
-    reference = coll.original_report or coll.original
-    if reference:
-        lines.append("| θ0 | the original model | | " + " | ".join(_spread([reference.get(k)]) for k, _ in PAPER_COLUMNS)
-                     + " |")
+    for name, what, ref in (("θ0", "the original model", coll.original_report or coll.original),
+                            ("retain", "the retain model (never trained on the forget rows)", coll.retain)):
+        if ref:
+            lines.append(f"| {name} | {what} | | " + " | ".join(_spread([ref.get(k)]) for k, _ in PAPER_COLUMNS) + " |")
     summary: dict[str, Any] = {}
     recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
     for b in bests:
@@ -405,7 +407,7 @@ def build_report(coll: Collection, level: float = 0.95,
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"axes": {k: e.text for k, e in axes.items()}, "bar": bar.describe(), "methods": {},
-                               "recipes": recipes, "papers": papers, "timing": timing, "audits": audited}
+                               "recipes": recipes, "papers": papers, "timing": timing, "audits": audited, "retain": coll.retain}
     for b in bests:
         if b.point is None:
             mine = [p for p in coll.points if p.method == b.method and p.state == "complete" and p.repeat_of is None]

@@ -453,10 +453,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         track.original_quick = track.quick(track.model, cfg.eval_rows)
     for study in studies.values():
         if "original" not in study.user_attrs:
-            study.set_user_attr("original", track.original)
-            if track.original_report is not None:
-                study.set_user_attr("original_report", track.original_report["metrics"])
-            study.set_user_attr("original_quick", json.loads(json.dumps(track.original_quick, default=str)))
+            for key, value in track.references().items():
+                study.set_user_attr(key, value)
     log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")
     outcomes: dict[str, int] = {}
     ran = 0

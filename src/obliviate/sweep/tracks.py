@@ -133,6 +133,7 @@ class Track:
         self.original: dict[str, float | None] = {}
         self.original_quick: dict[str, float | None] = {}
         self.original_report: dict[str, Any] | None = None
+        self.retain_report: dict[str, Any] | None = None  # the retain model's metrics on the verdict's rows (TOFU)
         self.pool: Any = None
         self.heldout_share: float | None = None  # the sweep's heldout_share (knowledge track), set before prepare
         self.heldout_seed = 0
@@ -165,6 +166,16 @@ class Track:
 
     def layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
+
+    def references(self) -> dict[str, Any]:
+        """What every study records once (after prepare, when `need_original`): θ0's evaluation, its quick evaluation,
+        θ0 on the held-out rows, and the retain model on the verdict's rows, those the track has."""
+        import json
+
+        out = {"original": self.original, "original_quick": json.loads(json.dumps(self.original_quick, default=str))}
+        if self.original_report is not None:
+            out["original_report"] = self.original_report["metrics"]
+        return out if self.retain_report is None else {**out, "retain_report": self.retain_report}
 
     def quick(self, model: Any, rows: int) -> dict[str, Any]:
         """The cheap evaluation during training (a declared subset of the metrics on `rows` rows per group)."""
@@ -340,6 +351,9 @@ class TofuTrack(Track):
                 f"(heldout_share {self.heldout_share:g}); selection reads the others")
         if self.need_original:
             self.original, _, self.original_report = self.parts(self.evaluate(self.model))
+            if retain_model is not None:  # the papers' reference row: the model that never saw the forget rows
+                metrics, _, report = self.parts(self.evaluate(retain_model))
+                self.retain_report = report["metrics"] if report is not None else metrics
 
     def rows_record(self) -> Any:
         """The training rows, every evaluation split's questions and answers, and the selection / held-out cut."""
