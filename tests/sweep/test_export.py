@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -99,9 +101,10 @@ def test_a_method_name_becomes_a_file_name():
 
 
 def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_path, monkeypatch, capsys):
-    """--audits DIR: the best trained again alone with its audit (`obliviate unlearn --config best/NPO.yaml
-    audit.enabled=true output_dir=DIR/NPO`) becomes a row of the report: each attack's headline share as audit.json
-    holds it; a folder without any best's audit is an error naming the files it expected, and nothing is written."""
+    """--audits DIR: the best trained again alone with its audit (scripts/audit_bests.sh: `obliviate compare
+    --best-configs`, then `obliviate unlearn --config DIR/best/NPO.yaml audit.enabled=true output_dir=DIR/NPO`, then
+    `obliviate compare --audits DIR`) becomes a row of the report: each attack's headline share as audit.json holds
+    it; a folder without any best's audit is an error naming the files it expected, and nothing is written."""
     from obliviate.cli import main
 
     base = unlearn_base(max_examples=4)
@@ -111,11 +114,16 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
                               "bar": {"keep": {"model_utility": 0.0}}, "output_dir": str(out)})
     run_sweep(cfg, log=lambda s: None)
     monkeypatch.chdir(tmp_path)
-    assert main(["compare", str(out), "--best-configs", "best"]) == 0
-    assert main(["unlearn", "--config", "best/NPO.yaml", "audit.enabled=true", "audit.max_new_tokens=4",
-                 "audit.relearn_steps=1", "audit.max_examples=4", "output_dir=audits/NPO"]) == 0
+    script = Path(__file__).resolve().parents[2] / "scripts" / "audit_bests.sh"
+    done = subprocess.run(["bash", str(script), str(out), "audits", "2", "audit.max_new_tokens=4",
+                           "audit.relearn_steps=1", "audit.max_examples=4"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr + (tmp_path / "audits/logs/NPO.log").read_text()
+    assert sorted(p.name for p in (tmp_path / "audits/best").iterdir()) == ["NPO.yaml"]
     audit = json.loads((tmp_path / "audits/NPO/audit/audit.json").read_text())
-    assert main(["compare", str(out), "--audits", "audits", "--out", "cmp"]) == 0
+    (tmp_path / "cmp").mkdir()
+    for name in ("compare.json", "report.md"):
+        (tmp_path / "cmp" / name).write_text((tmp_path / "audits/report" / name).read_text())
     summary = json.loads((tmp_path / "cmp/compare.json").read_text())["audits"]["NPO"]
     assert summary["shares"] == {k: (audit["verdict"].get(k) or {}).get("share")
                                  for k in ("relearn", "quantize", "paraphrase", "mia")}
@@ -131,3 +139,20 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     err = capsys.readouterr().err
     assert "no audit of a best under empty" in err and "empty/NPO/audit/audit.json" in err and not (tmp_path / "cmp2").exists()
     assert main(["compare", str(out), "--audits", "nowhere", "--out", "cmp3"]) == 2 and not (tmp_path / "cmp3").exists()
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("audit_bests.sh", [], "usage: bash scripts/audit_bests.sh SWEEP_DIR OUTPUT_DIR JOBS"),
+    ("audit_bests.sh", ["{tmp}", "out", "two"], "JOBS must be a whole number of at least 1, not 'two'"),
+    ("audit_bests.sh", ["{tmp}", "out", "0"], "JOBS must be a whole number of at least 1, not '0'"),
+    ("audit_bests.sh", ["{tmp}", "out", "2"], "no sweep in {tmp} (no sweep.yaml): run obliviate sweep first"),
+    ("sweep_workers.sh", ["a.yaml", "out", "2"], "usage: bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS"),
+    ("sweep_workers.sh", ["a.yaml", "out", "2", "1h"], "WORKERS and SECONDS must be whole numbers"),
+    ("sweep_workers.sh", ["{tmp}/a.yaml", "out", "2", "60"], "no such sweep config: {tmp}/a.yaml"),
+])
+def test_the_study_scripts_refuse_bad_arguments_with_exit_2_and_write_nothing(script, args, message, tmp_path):
+    path = Path(__file__).resolve().parents[2] / "scripts" / script
+    done = subprocess.run(["bash", str(path), *[a.format(tmp=tmp_path) for a in args]], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr
+    assert list(tmp_path.iterdir()) == []
