@@ -138,6 +138,32 @@ def test_the_forget_score_is_recomputed_from_its_resampled_parts():
     assert (iv["estimate"], iv["low"], iv["high"]) == (1.0, 1.0, 1.0)
 
 
+def test_each_best_meets_the_bar_again_on_the_held_out_rows_or_the_verdict_says_it_does_not():
+    """A best selected on one half (neighbours 1.0) can lose its utility on the other: A's two seeds keep 0.95 and
+    0.80 of the held-out neighbours (θ0 there: 1.0), so 1 of 2 fails the 0.9 bar; B's seed keeps 0.9 of them and
+    passes; both verdict and compare.json say so, and the utility has its interval over the held-out rows."""
+    def held(method, n, neigh_rows, repeat_of=None):
+        rows = {"forget_accuracy": [0.0] * 4, "neighbours_accuracy": neigh_rows, "retain_accuracy": [1.0] * 4,
+                "forget_degenerate_share": [0.0] * 4}
+        report = {"metrics": {"forget_score": 0.0, **{k: sum(v) / len(v) for k, v in rows.items()}}, "rows": rows}
+        return Point("src", method, f"{method} #{n}", "complete", {}, {**ORIGINAL, "forget_score": 0.0,
+                     "forget_accuracy": 0.0}, repeat_of=repeat_of, report=report)
+
+    twenty = lambda right: [1.0] * right + [0.0] * (20 - right)  # noqa: E731
+    coll = Collection([held("A", 0, twenty(19)), held("A", 1, twenty(16), repeat_of="A #0"), held("B", 0, twenty(18))],
+                      dict(ORIGINAL), "knowledge", original_report=dict(ORIGINAL))
+    text, summary, _ = build_report(coll)
+    assert summary["heldout_bar"]["A"]["utility"] == [0.95, 0.8] and summary["heldout_bar"]["A"]["passing"] == 1
+    assert summary["heldout_bar"]["B"]["passing"] == 1 and summary["heldout_bar"]["B"]["seeds"] == 1
+    assert "| A | A #0 | 0.875 ± 0.106 (n=2) | 0.875 [" in text and "| 1 of 2 |" in text
+    iv = summary["heldout_bar"]["A"]["utility_interval"]
+    assert iv["rows"] == 20 and iv["low"] < 0.875 < iv["high"]
+    assert text.rstrip().count("Seeds whose best fails the bar on the held-out rows: A 1 of 2.") == 1
+    coll.original_report = {**ORIGINAL, "neighbours_accuracy": 0.85}  # θ0 knows fewer held-out neighbours: 0.765
+    assert build_report(coll)[1]["heldout_bar"]["A"]["passing"] == 2
+    assert "The same bar on the held-out rows" not in build_report(_coll())[0]  # no held-out rows, no section
+
+
 @pytest.mark.parametrize("level", [0.0, 1.0, 2.0])
 def test_an_interval_level_outside_zero_one_is_refused(level, tmp_path):
     with pytest.raises(Exception, match="strictly between 0 and 1"):
