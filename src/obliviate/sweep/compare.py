@@ -78,8 +78,7 @@ def best_per_method(coll: Collection, bar: Bar) -> list[Best]:
         pts = [p for p in coll.points if p.method == method and p.state == "complete" and p.repeat_of is None]
         i = best_under_bar([p.metrics for p in pts], bar, coll.original)
         best = pts[i] if i is not None else None
-        seeds = [best] + [p for p in coll.points if best and p.repeat_of == best.name and p.state == "complete"] \
-            if best else []
+        seeds = seeds_of(coll, best) if best else []
         out.append(Best(method, best, seeds))
     return out
 
@@ -200,7 +199,7 @@ def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: 
              "passes the bar | settings |", "|---|---|---|---|---|---|---|---|---|"]
     summary = {}
     for p in recipes:
-        seeds = [p] + [q for q in coll.points if q.repeat_of == p.name and q.state == "complete"]
+        seeds = seeds_of(coll, p)
         iv = forget_interval(coll, bar, seeds, level)
         ok = bar.passes(p.metrics, coll.original)
         m = p.metrics
@@ -234,10 +233,11 @@ def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests:
              f"{axes['fluency'].text} over seeds | seeds passing the bar |", "|---|---|---|---|---|---|"]
     summary = {}
     for b in named:
-        mets = [judged(p)[0] for p in b.seeds]
+        seen = [judged(p) for p in b.seeds]
+        mets = [m for m, _ in seen]
         passing = sum(bar.passes(m, reference) for m in mets)
         utility, fluency = [axes["utility"](m) for m in mets], [axes["fluency"](m) for m in mets]
-        iv = bootstrap(axes["utility"], [judged(p) for p in b.seeds], level=level, reads=axes["utility"].rests_on)
+        iv = bootstrap(axes["utility"], seen, level=level, reads=axes["utility"].rests_on)
         lines.append(f"| {b.method} | {b.point.name} | {_spread(utility)} | {_interval(iv)} | {_spread(fluency)} | "
                      f"{passing} of {len(mets)} |")
         summary[b.method] = {"utility": utility, "fluency": fluency, "passing": passing, "seeds": len(mets),
