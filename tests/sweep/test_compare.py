@@ -164,6 +164,33 @@ def test_each_best_meets_the_bar_again_on_the_held_out_rows_or_the_verdict_says_
     assert "The same bar on the held-out rows" not in build_report(_coll())[0]  # no held-out rows, no section
 
 
+def test_each_recipe_meets_the_bar_again_on_the_held_out_rows_with_its_interval():
+    """A recipe need not keep the bar to be reported: A's recipe and its repeat keep 19 and 16 of 20 held-out
+    neighbours (1 of 2 seeds pass the 0.9 bar), and the recipe table gives that utility's interval over rows ×
+    seeds; B's recipe kept no held-out rows: n/a there, and compare.json says None."""
+    def held(method, n, neigh_rows, repeat_of=None, recipe=False):
+        rows = {"forget_accuracy": [1.0] * 4, "neighbours_accuracy": neigh_rows, "retain_accuracy": [1.0] * 4,
+                "forget_degenerate_share": [0.0] * 4}
+        report = neigh_rows and {"metrics": {"forget_score": 1.0, **{k: sum(v) / len(v) for k, v in rows.items()}},
+                                 "rows": rows}
+        return Point("src", method, f"{method} #{n}", "complete", {}, dict(ORIGINAL), repeat_of=repeat_of,
+                     report=report or None, recipe=recipe)
+
+    twenty = lambda right: [1.0] * right + [0.0] * (20 - right)  # noqa: E731
+    coll = Collection([held("A", 0, twenty(19), recipe=True), held("A", 1, twenty(16), repeat_of="A #0"),
+                       held("B", 0, [], recipe=True)], dict(ORIGINAL), "knowledge", original_report=dict(ORIGINAL))
+    text, summary, _ = build_report(coll)
+    again = summary["recipes"]["A"]["heldout_bar"]
+    assert again["utility"] == [0.95, 0.8] and again["passing"] == 1 and again["seeds"] == 2
+    assert again["utility_interval"]["rows"] == 20 and again["utility_interval"]["low"] < 0.875
+    assert summary["recipes"]["B"]["heldout_bar"] is None
+    assert "| passes the bar (selection rows) | " in text
+    assert "| yes | 0.875 [" in text and "| 1 of 2 |" in text and "| yes | n/a | n/a |" in text
+    alone = build_report(Collection([held("B", 0, [], recipe=True)], dict(ORIGINAL), "knowledge"))[0]
+    assert "## Each method at its recipe" in alone and "seeds passing there" not in alone  # no held-out rows
+    assert "| passes the bar | settings |" in alone
+
+
 @pytest.mark.parametrize("level", [0.0, 1.0, 2.0])
 def test_an_interval_level_outside_zero_one_is_refused(level, tmp_path):
     with pytest.raises(Exception, match="strictly between 0 and 1"):

@@ -189,26 +189,53 @@ def forget_interval(coll: Collection, bar: Bar, seeds: Sequence[Point], level: f
 def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: float) -> tuple[list[str], dict]:
     """Markdown lines and summary of each method at its recipe (the trials a sweep with start_at_recipe ran first):
     its metrics, bar.forget with its interval over rows and over the seeds it ran with (itself and its repeats, when
-    the recipe was a best) on the verdict's rows, and whether it passes the bar; nothing when no trial is a recipe."""
+    the recipe was a best) on the verdict's rows, whether it passes the bar, and, when the study kept held-out rows,
+    its utility there with its interval and the seeds that pass there; nothing when no trial is a recipe."""
     recipes = [p for p in coll.points if p.recipe and p.state == "complete"]
     if not recipes:
         return [], {}
+    held = any(p.report for p in recipes)
+    extra = (f" | {axes['utility'].text} on the held-out rows [{level:.0%}] | seeds passing there" if held else "")
     lines = ["## Each method at its recipe", "", "The first trial of each study: the base config with the method's "
              "own section (for presets taken from the papers, the authors' recipe scaled to this model).", "",
              f"| method | trial | forget | utility | fluency | {bar.forget.text} | {level:.0%} interval (rows × seeds) | "
-             "passes the bar | settings |", "|---|---|---|---|---|---|---|---|---|"]
+             f"passes the bar{' (selection rows)' if held else ''}{extra} | settings |",
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if held else "") + "---|"]
     summary = {}
     for p in recipes:
         seeds = seeds_of(coll, p)
         iv = forget_interval(coll, bar, seeds, level)
         ok = bar.passes(p.metrics, coll.original)
         m = p.metrics
+        again = heldout_bar(coll, bar, axes, seeds, level)
+        cells = ("" if not held else " | n/a | n/a" if again is None else
+                 f" | {_interval(again['utility_interval'])} | {again['passing']} of {again['seeds']}")
         lines.append(f"| {p.method} | {p.name} | {_fmt(axes['forget'](m))} | {_fmt(axes['utility'](m))} | "
-                     f"{_fmt(axes['fluency'](m))} | {_fmt(iv.estimate)} | {_interval(iv)} | {'yes' if ok else 'no'} | "
-                     f"{_params(p)} |")
+                     f"{_fmt(axes['fluency'](m))} | {_fmt(iv.estimate)} | {_interval(iv)} | {'yes' if ok else 'no'}"
+                     f"{cells} | {_params(p)} |")
         summary[p.method] = {"trial": p.name, "params": p.params, "metrics": p.metrics, "passes": ok,
-                             "interval": dataclasses.asdict(iv)}
+                             "interval": dataclasses.asdict(iv), "heldout_bar": again and _plain(again)}
     return lines + [""], summary
+
+
+def heldout_bar(coll: Collection, bar: Bar, axes: Mapping[str, Expr], seeds: Sequence[Point],
+                level: float) -> dict[str, Any] | None:
+    """The bar again on the held-out rows of `seeds` (θ0 on those rows as the reference): utility and fluency per
+    seed, the seeds that pass, and the utility's bootstrap interval over rows × seeds; None when a seed kept no
+    held-out rows."""
+    if not seeds or not all(p.report for p in seeds):
+        return None
+    reference = coll.original_report or coll.original
+    seen = [judged(p) for p in seeds]
+    mets = [m for m, _ in seen]
+    return {"utility": [axes["utility"](m) for m in mets], "fluency": [axes["fluency"](m) for m in mets],
+            "passing": sum(bar.passes(m, reference) for m in mets), "seeds": len(mets),
+            "utility_interval": bootstrap(axes["utility"], seen, level=level, reads=axes["utility"].rests_on)}
+
+
+def _plain(again: Mapping[str, Any]) -> dict[str, Any]:
+    """heldout_bar's result for compare.json (the interval as a dict)."""
+    return {**again, "utility_interval": dataclasses.asdict(again["utility_interval"])}
 
 
 # TOFU's table as the ASU and SAGO papers print it: (metric, heading), the arrow saying which way is better
@@ -220,29 +247,22 @@ PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests: Sequence[Best],
                     level: float) -> tuple[list[str], dict]:
-    """Each best against the bar again on the held-out rows (θ0 on those rows as the reference): the utility over
-    its seeds there with its bootstrap interval over rows × seeds, the fluency, and how many seeds still pass;
-    nothing when the study kept no held-out rows."""
-    named = [b for b in bests if b.point is not None and all(p.report for p in b.seeds)]
+    """Each best against the bar again on the held-out rows (heldout_bar): the utility over its seeds there with its
+    bootstrap interval over rows × seeds, the fluency, and how many seeds still pass; nothing when the study kept
+    no held-out rows."""
+    again = {b.method: heldout_bar(coll, bar, axes, b.seeds, level) for b in bests if b.point is not None}
+    named = [b for b in bests if again.get(b.method) is not None]
     if not named:
         return [], {}
-    reference = coll.original_report or coll.original
     lines = ["", "The same bar on the held-out rows (θ0 on those rows as the reference): a best selected on one part "
              "of the rows may not keep its utility on the other.", "",
              f"| method | trial | {axes['utility'].text} over seeds | {level:.0%} interval (rows × seeds) | "
              f"{axes['fluency'].text} over seeds | seeds passing the bar |", "|---|---|---|---|---|---|"]
-    summary = {}
     for b in named:
-        seen = [judged(p) for p in b.seeds]
-        mets = [m for m, _ in seen]
-        passing = sum(bar.passes(m, reference) for m in mets)
-        utility, fluency = [axes["utility"](m) for m in mets], [axes["fluency"](m) for m in mets]
-        iv = bootstrap(axes["utility"], seen, level=level, reads=axes["utility"].rests_on)
-        lines.append(f"| {b.method} | {b.point.name} | {_spread(utility)} | {_interval(iv)} | {_spread(fluency)} | "
-                     f"{passing} of {len(mets)} |")
-        summary[b.method] = {"utility": utility, "fluency": fluency, "passing": passing, "seeds": len(mets),
-                             "utility_interval": dataclasses.asdict(iv)}
-    return lines, summary
+        a = again[b.method]
+        lines.append(f"| {b.method} | {b.point.name} | {_spread(a['utility'])} | {_interval(a['utility_interval'])} | "
+                     f"{_spread(a['fluency'])} | {a['passing']} of {a['seeds']} |")
+    return lines, {b.method: _plain(again[b.method]) for b in named}
 
 
 def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], dict[str, Any]]:
