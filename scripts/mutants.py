@@ -48,6 +48,7 @@ T_SCORE = ("tests/eval/test_score.py", "tests/sweep/test_compare.py")
 T_REPEATS = ("tests/sweep/test_run.py::"
              "test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_best")
 T_EXPORT = "tests/sweep/test_export.py::test_the_best_trial_of_an_unlearn_sweep_runs_alone_and_gives_the_trials_numbers"
+T_TRANSFER = "tests/sweep/test_export.py::test_a_transfer_sweep_runs_each_selected_point_again_and_reproduces_its_numbers"
 T_PAPERS = ("tests/sweep/test_compare.py::"
             "test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows")
 T_PREFIX = ("tests/modeling/test_prefix.py",)
@@ -594,6 +595,11 @@ MUTANTS: list[Mutant] = [
            "seeds = [p]\n        iv", (T_REPEATS,)),
     Mutant("best configs: the trial's values left out", "sweep/export.py",
            "plan.trains[method], params, f", "plan.trains[method], {}, f", (T_EXPORT,)),
+    Mutant("transfer: the nearest miss is the method's first trial", "sweep/export.py",
+           "            i = nearest_to_bar([p.metrics for p in pts], bar, coll.original)",
+           "            i = 0 if pts else None", (T_TRANSFER,)),
+    Mutant("transfer: the trial's training values left at the section's top level", "sweep/export.py",
+           "node = out.setdefault(\"train\", {}) if key.startswith(\"train.\") else out", "node = out", (T_TRANSFER,)),
     Mutant("held-out bar: the selection's metrics instead of the held-out ones", "sweep/compare.py",
            "    seen = [judged(p) for p in seeds]\n    mets", "    seen = [(p.metrics, p.rows) for p in seeds]\n    mets",
            ("tests/sweep/test_compare.py",)),

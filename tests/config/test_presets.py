@@ -77,13 +77,15 @@ AFTER_EARLIER_COMMANDS = {"smollm2_tofu20.yaml": "needs data/tofu-20 and the TOF
 @pytest.mark.parametrize("path", [p for p in ALL if _command(p) == "sweep" and p.name not in AFTER_EARLIER_COMMANDS],
                          ids=lambda p: p.name)
 def test_every_sweep_passes_its_whole_check(path: Path, monkeypatch) -> None:
-    """The base, the methods, every dimension at both ends, the objectives and the bar (no model loaded)."""
+    """The base, the methods, every dimension at both ends, the objectives and the bar (no model loaded); a
+    transfer study (each method at one chosen point) has no dimensions, every other sweep searches some."""
     from obliviate.sweep.config import SweepConfig
     from obliviate.sweep.run import plan_sweep
 
     monkeypatch.chdir(ROOT)
     plan = plan_sweep(load_config(SweepConfig, path))
-    assert len(plan.methods) >= 3 and plan.dims and plan.objectives
+    assert len(plan.methods) >= 3 and plan.objectives
+    assert bool(plan.dims) == ("transfer" not in path.stem), "a search space, except in a transfer study"
 
 
 def test_the_tofu20_sweep_starts_each_method_at_its_preset() -> None:

@@ -14,7 +14,7 @@ import yaml
 from obliviate.config import RunConfig, build, load_config
 from obliviate.errors import ObliviateError
 from obliviate.sweep.config import SweepConfig
-from obliviate.sweep.export import slug, write_best_configs
+from obliviate.sweep.export import slug, write_best_configs, write_transfer_config
 from obliviate.sweep.run import run_sweep
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -94,6 +94,73 @@ def test_the_best_of_a_knowledge_sweep_is_a_demo_config_with_that_method_alone(m
     assert list(demo.methods) == ["NPO"] and demo.methods["NPO"]["forget"] == "npo"
     assert demo.unlearn.lr == summary["methods"]["NPO"]["best"]["params"]["train.lr"] and demo.unlearn.max_steps == 2
     assert "obliviate demo --config" in (tmp_path / "best" / "NPO.yaml").read_text()
+
+
+def test_a_transfer_sweep_runs_each_selected_point_again_and_reproduces_its_numbers(unlearn_base, tmp_path):
+    """`--transfer`: NPO's best (it passes the bar) and GA's nearest miss (no GA trial can pass: the fewest broken
+    conditions, then the lowest forget recall) become each method's only trial of a new sweep, with their values
+    written into the method sections (lr into `train`, β into `forget_args` beside the kept δ); on the same rows
+    that sweep trains what the selected trials trained and gives their numbers."""
+    from obliviate.sweep.points import collect
+
+    base = unlearn_base(max_examples=4)
+    out = tmp_path / "sw"
+    methods = {"NPO": {"forget": "simnpo", "forget_args": {"beta": 2.5, "delta": 0.5}, "retain": "nll"},
+               "GA": {"forget": "ga", "retain": "nll", "train": {"max_steps": 1}}}
+    bar = {"forget": "forget_rougeL_recall", "keep": {"model_utility": 0.0}}
+    cfg = build(SweepConfig, {"base": str(base), "methods": methods, "trials": 3, "sampler": "random", "repeats": 1,
+                              "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True},
+                                        "method.forget_args.beta": {"float": [1.0, 4.0], "methods": ["NPO"]},
+                                        "method.alpha": {"float": [0.5, 2.0], "methods": ["GA"]}},
+                              "bar": bar, "output_dir": str(out)})
+    run_sweep(cfg, log=lambda s: None)
+    summary = json.loads((out / "compare.json").read_text())["methods"]
+    best, ga_best = summary["NPO"]["best"], summary["GA"]["best"]
+    lines: list[str] = []
+    path = write_transfer_config(out, tmp_path / "t.yaml", lines.append)
+    raw = yaml.safe_load(path.read_text())
+    assert lines == [f"NPO: {best['trial']} (its best)", f"GA: {ga_best['trial']} (its best)"]
+    recorded = (out / "sweep.yaml").read_text()
+    (out / "sweep.yaml").write_text(recorded.replace(  # now no trial can pass: each method's nearest miss
+        "model_utility: 0.0", "model_utility: 0.0\n    forget_rougeL_recall: 2.0"))
+    first = [p for p in collect([str(out)]).points if p.repeat_of is None]
+    ga = [p for p in first if p.method == "GA"]
+    miss = min(ga, key=lambda p: (p.metrics["forget_rougeL_recall"], ga.index(p)))
+    assert miss is not ga[0]  # so that "the first trial" would not pass for the rule
+    missed: list[str] = []
+    write_transfer_config(out, tmp_path / "m.yaml", missed.append)
+    assert missed[1] == f"GA: {miss.name} (its nearest miss)" and missed[0].endswith("(its nearest miss)")
+    miss_section = yaml.safe_load((tmp_path / "m.yaml").read_text())["methods"]["GA"]
+    assert miss_section["train"] == {"max_steps": 1, "lr": miss.params["train.lr"]}
+    assert miss_section["alpha"] == miss.params["method.alpha"]
+    (out / "sweep.yaml").write_text(recorded)
+    npo, ga_section = raw["methods"]["NPO"], raw["methods"]["GA"]
+    assert npo["forget_args"] == {"beta": best["params"]["method.forget_args.beta"], "delta": 0.5}
+    assert npo["train"] == {"lr": best["params"]["train.lr"]}
+    assert ga_section["train"] == {"max_steps": 1, "lr": ga_best["params"]["train.lr"]}
+    assert raw["space"] == {} and raw["trials"] == 1 and raw["start_at_recipe"] and raw["repeats"] == 1
+    assert raw["output_dir"] == f"{out}-transfer" and path.read_text().startswith("# Each method of the sweep in ")
+    raw["output_dir"] = str(tmp_path / "again")
+    run_sweep(build(SweepConfig, raw), log=lambda s: None)
+    again = {p.method: p for p in collect([str(tmp_path / "again")]).points if p.repeat_of is None}
+    assert again["NPO"].recipe and again["GA"].recipe
+    for name in ("forget_rougeL_recall", "model_utility", "forget_quality"):
+        assert again["NPO"].metrics[name] == pytest.approx(best["metrics"][name], abs=1e-6), name
+        assert again["GA"].metrics[name] == pytest.approx(ga_best["metrics"][name], abs=1e-6), name
+    assert sum(p.repeat_of is not None for p in collect([str(tmp_path / "again")]).points) == 2  # 1 repeat each
+
+
+def test_a_transfer_file_is_refused_before_anything_is_written(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "obliviate.cli", "compare", str(tmp_path), "--transfer",
+                          str(tmp_path / "t.txt"), "--out", str(tmp_path / "rep")], capture_output=True, text=True)
+    assert res.returncode == 2 and "--transfer" in res.stderr and "is not a sweep directory" in res.stderr
+    (tmp_path / "sweep.yaml").write_text("base: nowhere.yaml\n")
+    res = subprocess.run([sys.executable, "-m", "obliviate.cli", "compare", str(tmp_path), "--transfer",
+                          str(tmp_path / "t.txt"), "--out", str(tmp_path / "rep")], capture_output=True, text=True)
+    assert res.returncode == 2 and "t.txt should be a .yaml file" in res.stderr
+    assert not (tmp_path / "rep").exists() and not (tmp_path / "t.txt").exists()
+    with pytest.raises(ObliviateError, match="is not a sweep directory"):
+        write_transfer_config(tmp_path / "nowhere", tmp_path / "t.yaml")
 
 
 def test_a_method_name_becomes_a_file_name():

@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--best-configs", metavar="DIR",
                    help="also write each method's best trial of the (first) sweep as DIR/<method>.yaml, a config that "
                         "`obliviate unlearn` (or `obliviate demo`) runs alone, e.g. to keep its weights and audit them")
+    p.add_argument("--transfer", metavar="FILE.yaml",
+                   help="also write a sweep file that runs each method of the (first) sweep at the point it selected "
+                        "(its best, else its nearest miss) with the same bar and repeats: change its `set` to see "
+                        "whether the selection holds on other rows (another family of facts, another forget split)")
     p.add_argument("--audits", metavar="DIR",
                    help="add each best's audit to the report: DIR/<method>/audit/audit.json, as `obliviate unlearn "
                         "--config BEST.yaml audit.enabled=true output_dir=DIR/<method>` writes it")
@@ -29,9 +33,12 @@ def run(args: argparse.Namespace) -> int:
     from obliviate.sweep.compare import write_compare
 
     sweep = Path(args.dirs[0])
-    if args.best_configs and not (sweep / "sweep.yaml").is_file():
-        raise ObliviateError(f"--best-configs: {sweep} is not a sweep directory (no sweep.yaml); put the sweep's "
-                             "output_dir first")
+    for flag, given in (("--best-configs", args.best_configs), ("--transfer", args.transfer)):
+        if given and not (sweep / "sweep.yaml").is_file():
+            raise ObliviateError(f"{flag}: {sweep} is not a sweep directory (no sweep.yaml); put the sweep's "
+                                 "output_dir first")
+    if args.transfer and Path(args.transfer).suffix not in (".yaml", ".yml"):
+        raise ObliviateError(f"--transfer: {args.transfer} should be a .yaml file (the sweep file to write)")
     out = args.out or (args.dirs[0] if (sweep / "sweep.yaml").is_file() else "obliviate-compare")
     audits = Path(args.audits) if args.audits else None
     if audits is not None and not audits.is_dir():
@@ -42,4 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
         written = write_best_configs(sweep, Path(args.best_configs))
         print(f"wrote {len(written)} best config{'s' if len(written) != 1 else ''} into {args.best_configs}")
+    if args.transfer:
+        from obliviate.sweep.export import write_transfer_config
+
+        print(f"wrote {write_transfer_config(sweep, Path(args.transfer))}: run it with obliviate sweep --config "
+              f"{args.transfer}")
     return 0

@@ -1,5 +1,7 @@
 """Each method's best trial of a sweep as a config file that runs alone (`obliviate unlearn` / `obliviate demo`), so
-the best can be trained again with its weights kept, audited (relearning, quantisation, paraphrases) and published.
+the best can be trained again with its weights kept, audited (relearning, quantisation, paraphrases) and published;
+and all of them as one sweep file that runs each again on other rows (`write_transfer_config`: does a best carry over
+to another family of facts or another forget split?).
 
 The best is `obliviate compare`'s: the trial the report names under the sweep's bar (a method with none gets no
 file). Its config is the sweep's base with the sweep's `set`, the method's own section and training settings, and
@@ -15,11 +17,12 @@ import yaml
 
 from obliviate.config import build, to_dict
 from obliviate.errors import ObliviateError
+from obliviate.eval.score import nearest_to_bar
 from obliviate.sweep.audits import slug
 from obliviate.sweep.compare import best_per_method, collect, scales
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import CONFIG_FILE, plan_sweep
-from obliviate.sweep.space import trial_settings
+from obliviate.sweep.space import MAP_KEY, trial_settings
 
 Log = Callable[[str], None]
 COMMAND = {"unlearn": "obliviate unlearn --config", "knowledge": "obliviate demo --config", "demo": "obliviate demo --config"}
@@ -69,3 +72,70 @@ def write_best_configs(sweep_dir: Path, out: Path, log: Log = print) -> list[Pat
         written.append(path)
         log(f"{method}: {point.name} -> {path}")
     return written
+
+
+def _with_params(section: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's method section with a trial's values written into it (`train.*` into its `train` table, a teacher
+    map's point into `forget_args`); the trial's own seed is left out, as the new sweep's repeats choose theirs."""
+    out = yaml.safe_load(yaml.safe_dump(dict(section)))
+    for key, value in params.items():
+        if key == "seed":
+            continue
+        if key == MAP_KEY:
+            out["forget_args"] = {**(out.get("forget_args") or {}), **value}
+            continue
+        node = out.setdefault("train", {}) if key.startswith("train.") else out
+        parts = key.split(".")[1:]
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print) -> Path:
+    """Write `out`: a sweep file running each method of the sweep at `sweep_dir` at the point it selected (its best
+    under the bar, else its nearest miss) as that method's only trial (`start_at_recipe`, an empty space), with the
+    same bar, objectives, repeats and held-out share; change its `set` (another family of facts, another forget
+    split) to see whether the selection carries over. Returns `out`."""
+    if not (sweep_dir / CONFIG_FILE).is_file():
+        raise ObliviateError(f"--transfer: {sweep_dir} is not a sweep directory (no {CONFIG_FILE}); pass the "
+                             "output_dir of an `obliviate sweep`")
+    if out.suffix not in (".yaml", ".yml"):
+        raise ObliviateError(f"--transfer: {out} should be a .yaml file (the sweep file to write)")
+    recorded = yaml.safe_load((sweep_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
+    plan = plan_sweep(build(SweepConfig, recorded))
+    coll = collect([str(sweep_dir)])
+    bar, _ = scales(coll)
+    methods, chosen = {}, []
+    for best in best_per_method(coll, bar):
+        point, why = best.point, "its best"
+        if point is None:
+            pts = [p for p in coll.points if p.method == best.method and p.state == "complete" and p.repeat_of is None]
+            i = nearest_to_bar([p.metrics for p in pts], bar, coll.original)
+            if i is None:
+                log(f"{best.method}: no finished trial, left out")
+                continue
+            point, why = pts[i], "its nearest miss"
+        if best.method not in plan.methods:
+            raise ObliviateError(f"{sweep_dir}: the storage holds method {best.method!r}, which its {CONFIG_FILE} "
+                                 f"does not name; valid: {', '.join(plan.methods)}")
+        methods[best.method] = _with_params(recorded["methods"][best.method], dict(point.params))
+        chosen.append(f"{best.method}: {point.name} ({why})")
+    if not methods:
+        raise ObliviateError(f"--transfer: {sweep_dir} has no finished trial: run the sweep first")
+    skip = {"space", "trials", "start_at_recipe", "methods", "output_dir", "storage", "study", "overwrite"}
+    raw = {k: v for k, v in recorded.items() if k not in skip}
+    name = recorded.get("output_dir") or "obliviate-sweep"
+    raw.update(methods=methods, space={}, trials=1, start_at_recipe=True, output_dir=f"{name}-transfer")
+    plan_sweep(build(SweepConfig, raw))  # what the sweep will build: an invalid file is never written
+    head = (f"# Each method of the sweep in {sweep_dir} at the point it selected, once, then with the sweep's repeats:\n"
+            + "".join(f"#   {c}\n" for c in chosen)
+            + "# Change `set` (e.g. knowledge.forget_families, data.forget_split) to run them on rows the selection "
+              "never saw.\n# Run: obliviate sweep --config " + str(out) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(head + yaml.safe_dump(raw, sort_keys=False, width=120), encoding="utf-8")
+    tmp.replace(out)
+    for c in chosen:
+        log(c)
+    return out
