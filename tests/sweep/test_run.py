@@ -147,6 +147,26 @@ def test_bad_input_is_one_clear_error_with_nothing_written(base_file, tmp_path, 
     assert not out.exists()
 
 
+def test_a_set_key_given_twice_has_one_spelling_and_the_later_value(base_file, tmp_path, capsys):
+    """`set.knowledge.forget_families=[...]` on the command line over a file's flat `knowledge.forget_families`:
+    one key remains (the recorded sweep shows it once) with the command line's value, and the track forgets it."""
+    from obliviate.cli import main
+    from obliviate.sweep.config import flat_keys
+
+    assert flat_keys({"a.b": 1, "c": 2, "a": {"b": 3, "d": {"e": 4}}}) == {"c": 2, "a.b": 3, "a.d.e": 4}
+    assert flat_keys({"a": {"b": 3}, "a.b": 1}) == {"a.b": 1}
+    cfg = build(SweepConfig, {"set": {"knowledge.forget_families": ["capitals"],
+                                      "knowledge": {"forget_families": ["languages"]}}})
+    assert cfg.set == {"knowledge.forget_families": ["languages"]}
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(base_file), "set": {"knowledge.forget_families": ["fam_a"]},
+                                     "methods": {"NPO": {"forget": "npo", "retain": "nll"}}}))
+    assert main(["validate", "--offline", "--config", str(sweep), "set.knowledge.forget_families=[fam_b]"]) == 0
+    assert "forget fam_b" in capsys.readouterr().out
+    with pytest.raises(ObliviateError, match="set: expected dict, got list"):
+        build(SweepConfig, {"set": ["audit=false"]})
+
+
 def test_validate_describes_a_sweep_without_loading_a_model(base_file, tmp_path):
     lines = plan_sweep(_cfg(base_file, tmp_path / "sw")).lines
     assert lines[0].endswith("(knowledge track)") and "methods: GradDiff, NPO; 2, 2 trials each (random)" in lines

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ class SweepConfig:
                                 "it is deleted; a shared storage is never touched); the same sweep is always resumed")
 
     def __post_init__(self) -> None:
+        if isinstance(self.set, Mapping):  # (the loader refuses anything else with its own error)
+            object.__setattr__(self, "set", flat_keys(self.set))  # one spelling per key: a later `set.a.b=` wins
         require(self.trials >= 1, "trials", self.trials, ">= 1")
         require(self.heldout_share is None or not isinstance(self.heldout_share, bool)
                 and isinstance(self.heldout_share, (int, float)) and 0 < self.heldout_share < 1,
@@ -76,6 +79,21 @@ class SweepConfig:
         require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",
                  self.eval_every_steps, "set (>= 1) when keep_best or prune is used: both read the evaluations "
                                         "during training")
+
+
+def flat_keys(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{a: {b: 1}, c.d: 2} -> {a.b: 1, c.d: 2}: `set` edits leaves, so a section keeps its other keys; where two
+    spellings name one key (`a.b: 1` in the file, `set.a.b=2` on the command line), the later one wins."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and v:
+            for key, value in flat_keys(v, f"{prefix}{k}.").items():
+                out.pop(key, None)
+                out[key] = value
+        else:
+            out.pop(f"{prefix}{k}", None)
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def locate(path: str, anchor: Path) -> str:

@@ -37,6 +37,7 @@ from obliviate.eval.metrics import metric_infos
 from obliviate.eval.score import forget_score
 from obliviate.preflight import preflight_unlearn
 from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models
+from obliviate.sweep.config import flat_keys
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, Defaults
 from obliviate.train.student import load_model, student_copy
 
@@ -95,23 +96,12 @@ def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     kind = detect_kind(raw)
     cls = {"knowledge": KnowledgeDemoConfig, "demo": DemoConfig, "unlearn": RunConfig}[kind]
     cfg = build(cls, raw)
-    sets = [f"{k}={_yaml(v)}" for k, v in _flat(overrides).items()]
+    sets = [f"{k}={_yaml(v)}" for k, v in flat_keys(overrides).items()]
     try:
         cfg = build(cls, apply_overrides(to_dict(cfg), sets)) if sets else cfg
     except ConfigError as exc:
         raise ConfigError(f"set: {exc}") from None
     return kind, dataclasses.replace(cfg, output_dir="")  # trials write nothing there: the sweep has its own directory
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{a: {b: 1}, c.d: 2} -> {a.b: 1, c.d: 2}: `set` edits leaves, so a section keeps its other keys."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _yaml(value: Any) -> str:
