@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
         if given and not (sweep / "sweep.yaml").is_file():
             raise ObliviateError(f"{flag}: {sweep} is not a sweep directory (no sweep.yaml); put the sweep's "
                                  "output_dir first")
-    if args.transfer and Path(args.transfer).suffix not in (".yaml", ".yml"):
-        raise ObliviateError(f"--transfer: {args.transfer} should be a .yaml file (the sweep file to write)")
+    if args.transfer:
+        from obliviate.sweep.export import check_transfer_file
+
+        check_transfer_file(Path(args.transfer))
     out = args.out or (args.dirs[0] if (sweep / "sweep.yaml").is_file() else "obliviate-compare")
     audits = Path(args.audits) if args.audits else None
     if audits is not None and not audits.is_dir():

@@ -92,6 +92,12 @@ def _with_params(section: dict[str, Any], params: dict[str, Any]) -> dict[str, A
     return out
 
 
+def check_transfer_file(out: Path) -> None:
+    """Refuse a transfer file name that is not a .yaml file (before anything is written)."""
+    if out.suffix not in (".yaml", ".yml"):
+        raise ObliviateError(f"--transfer: {out} should be a .yaml file (the sweep file to write)")
+
+
 def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print) -> Path:
     """Write `out`: a sweep file running each method of the sweep at `sweep_dir` at the point it selected (its best
     under the bar, else its nearest miss) as that method's only trial (`start_at_recipe`, an empty space), with the
@@ -100,8 +106,7 @@ def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print) -> Path:
     if not (sweep_dir / CONFIG_FILE).is_file():
         raise ObliviateError(f"--transfer: {sweep_dir} is not a sweep directory (no {CONFIG_FILE}); pass the "
                              "output_dir of an `obliviate sweep`")
-    if out.suffix not in (".yaml", ".yml"):
-        raise ObliviateError(f"--transfer: {out} should be a .yaml file (the sweep file to write)")
+    check_transfer_file(out)
     recorded = yaml.safe_load((sweep_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
     plan = plan_sweep(build(SweepConfig, recorded))
     coll = collect([str(sweep_dir)])

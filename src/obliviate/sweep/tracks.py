@@ -37,7 +37,6 @@ from obliviate.eval.metrics import metric_infos
 from obliviate.eval.score import forget_score
 from obliviate.preflight import preflight_unlearn
 from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models
-from obliviate.sweep.config import flat_keys
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, Defaults
 from obliviate.train.student import load_model, student_copy
 
@@ -86,7 +85,8 @@ def detect_kind(raw: Mapping[str, Any]) -> str:
 
 
 def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
-    """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides."""
+    """(track kind, the validated base config) of a sweep's `base` file plus its `set` overrides (SweepConfig.set:
+    flat key.sub -> value, one spelling per key)."""
     from obliviate.setups.knowledge import KnowledgeDemoConfig
 
     if not path:
@@ -96,7 +96,7 @@ def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     kind = detect_kind(raw)
     cls = {"knowledge": KnowledgeDemoConfig, "demo": DemoConfig, "unlearn": RunConfig}[kind]
     cfg = build(cls, raw)
-    sets = [f"{k}={_yaml(v)}" for k, v in flat_keys(overrides).items()]
+    sets = [f"{k}={_yaml(v)}" for k, v in overrides.items()]
     try:
         cfg = build(cls, apply_overrides(to_dict(cfg), sets)) if sets else cfg
     except ConfigError as exc:
