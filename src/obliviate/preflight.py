@@ -364,9 +364,29 @@ def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tupl
     if cfg.model.tokenizer:
         lines.append("tokenizer: " + check_tokenizer_source(cfg.model.tokenizer, "model.tokenizer"))
     _check_checkpoint_dir(cfg.train.checkpoint_dir)
+    lines += _check_knows(cfg, source)
     lines += tracking.check(cfg.train, cfg.output_dir)
     lines += _memory_switches(cfg.train, None if path == "tiny" else cfg.model)
     return rows, lines
+
+
+def _check_knows(cfg: FinetuneConfig, source: str) -> list[str]:
+    """knows.split: QA data, no FSDP (the check generates on one process), and a split that loads with rows."""
+    k = cfg.knows
+    if k.split is None:
+        return []
+    if cfg.data.format != "qa":
+        raise ConfigError(f"knows.split={k.split!r} asks the model questions, but data.format is "
+                          f"{cfg.data.format!r}: use QA data (data.format=qa) or drop knows.split")
+    if cfg.train.fsdp:
+        raise ConfigError("knows.split generates answers on one process, but train.fsdp shards the model: drop "
+                          "knows.split (check the saved model with obliviate eval) or train.fsdp")
+    rows = load_split(source, k.split, cfg.data.fields or None)
+    if not rows:
+        raise ConfigError(f"knows.split={k.split!r} of {source} has no rows: name a split with questions")
+    n = min(len(rows), k.max_examples or len(rows))
+    when = f"every {k.every_steps} steps" if k.every_steps else "after every epoch"
+    return [f"knows: {when}, greedy answers to {n} rows of {k.split}; known at recall >= {k.bar:g}"]
 
 
 def eval_inputs(cfg: EvalRunConfig) -> dict[str, Any]:

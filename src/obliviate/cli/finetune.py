@@ -6,6 +6,7 @@ from typing import Any
 
 from obliviate.cli import configured, runs
 from obliviate.config import FinetuneConfig
+from obliviate.data.rows import load_split
 from obliviate.preflight import finetune_inputs, preflight_finetune
 from obliviate.train.student import load_model, saveable, with_chat
 
@@ -39,12 +40,37 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     else:
         model, tok = load_model(cfg.model)
     track = runs.tracking(cfg, "finetune")  # train.report_to: None without trackers
-    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length, tracking=track)
+    check, epoch_steps = knows_monitor(cfg, tok, len(rows))
+    res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length, tracking=track, monitor=check)
     if not runs.main_process():
         return {}
+    metrics: dict[str, Any] = {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}
+    if check is not None:
+        from obliviate.eval.known import known_line, known_summary
+
+        metrics["knows"] = known_summary(res.history, str(cfg.knows.split), cfg.knows.bar, epoch_steps)
     with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
         save_model(out, saveable(model, cfg.model), tok)
-        runs.write_run(out, cfg, {"history": res.history, "train_seconds": res.seconds, "n_rows": len(rows)}, "finetune")
+        runs.write_run(out, cfg, metrics, "finetune")
         runs.keep_logs(out, track)
     print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
+    if check is not None:
+        print(known_line(metrics["knows"]))
     return {"history": res.history}
+
+
+def knows_monitor(cfg: FinetuneConfig, tok: Any, n_rows: int) -> tuple[Any, float]:
+    """The check of knows.split after every epoch (or knows.every_steps steps), and the steps of one pass over the
+    rows, n / (B · processes · accum); (None, 0.0) without knows.split."""
+    k = cfg.knows
+    if k.split is None:
+        return None, 0.0
+    from obliviate.eval.known import recall_check, steps_per_epoch
+    from obliviate.train.loop import launched_processes
+    from obliviate.train.monitor import Monitor
+
+    rows = load_split(cfg.data.source, k.split, cfg.data.fields or None)[:k.max_examples]
+    rows_per_step = cfg.train.batch_size * launched_processes() * cfg.train.grad_accum
+    check = Monitor(k.every_steps or steps_per_epoch(n_rows, rows_per_step),
+                    lambda m: recall_check(m, tok, rows, max_new_tokens=k.max_new_tokens, batch_size=k.batch_size))
+    return check, n_rows / rows_per_step

@@ -68,11 +68,34 @@ class FinetuneDataConfig:
 
 
 @dataclass(frozen=True)
+class KnowsConfig:
+    split: str | None = setting(None, "a QA split of data.source (e.g. forget10) whose questions the model answers "
+                                      "greedily after every epoch: the ROUGE-L recall (and fact recall where rows "
+                                      "annotate facts) per epoch, and the first epoch both reach `bar`")
+    bar: float = setting(0.8, "the recall that counts as knowing the split (TOFU-style targets: 0.8)")
+    every_steps: int | None = setting(None, "check every N optimizer steps instead of once per epoch (and always at "
+                                            "the last step)")
+    max_examples: int | None = setting(None, "first N rows of the split (null: all)")
+    max_new_tokens: int = setting(200, "greedy answer length (TOFU: 200)")
+    batch_size: int = setting(32, "rows generated together")
+
+    def __post_init__(self) -> None:
+        require(0.0 < self.bar <= 1.0, "knows.bar", self.bar, "in (0, 1]")
+        require(self.every_steps is None or self.every_steps >= 1, "knows.every_steps", self.every_steps,
+                ">= 1 or null")
+        require(self.max_examples is None or self.max_examples >= 1, "knows.max_examples", self.max_examples,
+                ">= 1 or null")
+        require(self.max_new_tokens >= 1, "knows.max_new_tokens", self.max_new_tokens, ">= 1")
+        require(self.batch_size >= 1, "knows.batch_size", self.batch_size, ">= 1")
+
+
+@dataclass(frozen=True)
 class FinetuneConfig:
     model: ModelConfig = section(ModelConfig(), "model to start from; path 'tiny' builds a small Llama + BPE tokenizer from the data")
     tiny: TinyConfig = section(TinyConfig(), "size of the model built when model.path is 'tiny'")
     data: FinetuneDataConfig = section(FinetuneDataConfig(), "training data")
     train: TrainConfig = section(TrainConfig(epochs=10, lr=1e-4), "optimisation")
+    knows: KnowsConfig = section(KnowsConfig(), "how many epochs until the model knows a split (knows.split)")
     output_dir: str = setting("", "where the model, tokenizer, resolved config and metrics are written")
     overwrite: bool = setting(False, "replace an existing output_dir")
 

@@ -441,11 +441,12 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
 
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
              max_length: int = 256, accelerator: Any = None, desc: str = "finetune",
-             fields: Fields | None = None, tracking: Any = None) -> TrainResult:
+             fields: Fields | None = None, tracking: Any = None, monitor: Any = None) -> TrainResult:
     """Supervised fine-tuning: minimise answer-token NLL on QA rows or raw documents (or records, see `unlearn`).
 
     The NLL is averaged per example, then over examples (not Hugging Face Trainer's token pooling):
     the built-in targets and retain models, and the tables measured on them, were trained this way.
+    `monitor` (train/monitor.py) evaluates between steps, e.g. what the model knows yet (eval/known.py).
     """
 
     rows = as_rows(rows, fields)
@@ -470,4 +471,4 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     plan = LossPlan(parts=("nll",), compute=compute)
     lengths = [len(e.input_ids) for e in enc] if train.group_by_length else None
     return run_loop(model, grouped(batches(len(enc), global_batch, seed=train.seed), train.grad_accum, lengths), plan,
-                    train, steps, acc, opt, sched, desc=desc, fingerprint=fp, tracking=tracking)
+                    train, steps, acc, opt, sched, desc=desc, fingerprint=fp, tracking=tracking, monitor=monitor)

@@ -1,0 +1,84 @@
+"""`obliviate finetune` with knows.split: what the model knows of a split after every epoch, kept in the history
+(so a resumed run keeps it) and summarised in metrics.json as the first epoch at the bar."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from obliviate.cli import main
+from obliviate.data.rows import load_split
+from obliviate.data.synthetic import make_world, write_world
+from obliviate.eval.known import knows, recall_check
+from obliviate.modeling.load import load_model, load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return write_world(make_world(5, seed=3, forget_percents=(20,)), tmp_path_factory.mktemp("w") / "world")
+
+
+def _args(world, out, *extra):
+    return ["finetune", "model.path=tiny", f"data.source={world}", "data.splits=[full]", "tiny.hidden_size=32",
+            "tiny.vocab_size=400", "train.epochs=3", "train.batch_size=8", "train.lr=3e-3", "train.progress=false",
+            "data.max_length=48", "knows.split=forget20", "knows.max_new_tokens=12", f"output_dir={out}", *extra]
+
+
+def test_the_check_runs_after_every_epoch_and_its_last_value_is_the_saved_models(world, tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(_args(world, out)) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    n = len(load_split(world, "full"))
+    epoch = math.ceil(n / 8)
+    steps = len(metrics["history"])
+    assert steps == math.ceil(3 * n / 8)
+    checked = [h["step"] for h in metrics["history"] if "eval_rougeL_recall" in h]
+    assert checked == sorted({s for s in range(epoch, steps + 1, epoch)} | {steps})
+    k = metrics["knows"]
+    assert (k["split"], k["bar"]) == ("forget20", 0.8) and [c["step"] for c in k["curve"]] == checked
+    assert [c["epoch"] for c in k["curve"]] == [round(s * 8 / n, 4) for s in checked]  # passes over the rows
+    first = next((c for c in k["curve"] if knows(c, 0.8)), None)
+    assert k["first_step"] == (first["step"] if first else None)
+    # the last check ran on the weights that were saved: the saved model, loaded again, answers the same
+    model, tok = load_model(str(out)), load_tokenizer(str(out))
+    again = recall_check(model, tok, load_split(world, "forget20"), max_new_tokens=12)
+    assert again["rougeL_recall"] == pytest.approx(k["last_rougeL_recall"], abs=1e-9)
+    assert again["fact_recall"] == pytest.approx(k["last_fact_recall"], abs=1e-9) and again["fact_recall"] is not None
+    assert "forget20: recall" in capsys.readouterr().out
+
+
+def test_a_resumed_run_keeps_the_checks_made_before_it_stopped(world, tmp_path, monkeypatch):
+    from obliviate.train import loop
+
+    whole = tmp_path / "whole"
+    assert main(_args(world, whole)) == 0
+    ck = tmp_path / "ck"
+    cut = _args(world, tmp_path / "cut", f"train.checkpoint_dir={ck}", "train.checkpoint_every=1")
+    original, count = loop._finish_step, [0]
+
+    def stop_after_epoch_one(*a, **k):
+        count[0] += 1
+        if count[0] > math.ceil(len(load_split(world, "full")) / 8) + 1:
+            raise KeyboardInterrupt
+        return original(*a, **k)
+
+    monkeypatch.setattr(loop, "_finish_step", stop_after_epoch_one)
+    assert main(cut) != 0 and not (tmp_path / "cut").exists()
+    monkeypatch.setattr(loop, "_finish_step", original)
+    assert main(cut) == 0
+    resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())["knows"]
+    assert resumed == json.loads((whole / "metrics.json").read_text())["knows"]
+    assert resumed["curve"][0]["step"] < count[0]  # the first check was made before the stop
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["knows.split=forget99"], "forget99"),
+    (["data.format=text", "data.source={docs}"], "data.format"),
+    (["knows.bar=1.5"], "knows.bar"),
+])
+def test_a_check_that_cannot_run_is_refused_before_training(world, tmp_path, capsys, extra, names):
+    out, docs = tmp_path / "t", tmp_path / "docs.jsonl"
+    docs.write_text('{"text": "a raw document"}\n', encoding="utf-8")
+    assert main(_args(world, out, *[e.format(docs=docs) for e in extra])) == 2
+    assert names in capsys.readouterr().err and not out.exists()
