@@ -52,6 +52,8 @@ T_TRANSFER = "tests/sweep/test_export.py::test_a_transfer_sweep_runs_each_select
 T_PAPERS = ("tests/sweep/test_compare.py::"
             "test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows")
 T_PREFIX = ("tests/modeling/test_prefix.py",)
+T_KNOWN = "tests/eval/test_known.py"
+T_KNOWN_CLI = "tests/cli/test_finetune.py::test_the_check_runs_after_every_epoch_and_its_last_value_is_the_saved_models"
 T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
 
@@ -598,6 +600,19 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep set: a key given twice keeps both spellings", "sweep/config.py",
            "            object.__setattr__(self, \"set\", flat_keys(self.set))", "            pass",
            ("tests/sweep/test_run.py::test_a_set_key_given_twice_has_one_spelling_and_the_later_value",)),
+    Mutant("knows: the bar is strict", "eval/known.py", 'return values["rougeL_recall"] >= bar and (fact is None or fact >= bar)',
+           'return values["rougeL_recall"] > bar and (fact is None or fact >= bar)', (T_KNOWN,)),
+    Mutant("knows: fact recall ignored", "eval/known.py", "(fact is None or fact >= bar)", "(True or fact >= bar)",
+           (T_KNOWN,)),
+    Mutant("knows: an epoch counts whole batches only", "eval/known.py",
+           "return max(1, math.ceil(n_rows / (global_batch * grad_accum)))",
+           "return max(1, n_rows // (global_batch * grad_accum))", (T_KNOWN,)),
+    Mutant("knows: the last check reported as the first", "eval/known.py",
+           "first = next((c for c in curve if knows(c, bar)), None)",
+           "first = next((c for c in reversed(curve) if knows(c, bar)), None)", (T_KNOWN,)),
+    Mutant("knows: the epoch counts steps, not passes over the rows", "cli/finetune.py",
+           "    return check, n_rows / rows_per_step", "    return check, float(steps_per_epoch(n_rows, rows_per_step))",
+           (T_KNOWN_CLI,)),
     Mutant("transfer: the nearest miss is the method's first trial", "sweep/export.py",
            "            i = nearest_to_bar([p.metrics for p in pts], bar, coll.original)",
            "            i = 0 if pts else None", (T_TRANSFER,)),
