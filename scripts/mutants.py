@@ -54,6 +54,7 @@ T_PAPERS = ("tests/sweep/test_compare.py::"
 T_PREFIX = ("tests/modeling/test_prefix.py",)
 T_KNOWN = "tests/eval/test_known.py"
 T_KNOWN_CLI = "tests/cli/test_finetune.py::test_the_check_runs_after_every_epoch_and_its_last_value_is_the_saved_models"
+T_REUSE = "tests/cli/test_finetune.py"
 T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
 
@@ -613,6 +614,11 @@ MUTANTS: list[Mutant] = [
     Mutant("knows: the epoch counts steps, not passes over the rows", "cli/finetune.py",
            "    return check, n_rows / rows_per_step", "    return check, float(steps_per_epoch(n_rows, rows_per_step))",
            (T_KNOWN_CLI,)),
+    Mutant("finetune reuse: another fine-tune's output reused", "cli/finetune.py", "    if diffs:\n        raise ConfigError(",
+           "    if False:\n        raise ConfigError(", (T_REUSE,)),
+    Mutant("finetune reuse: overwrite=true still reuses", "cli/finetune.py",
+           "    if cfg.overwrite or not (out / FINGERPRINT).is_file():", "    if not (out / FINGERPRINT).is_file():",
+           (T_REUSE,)),
     Mutant("transfer: the nearest miss is the method's first trial", "sweep/export.py",
            "            i = nearest_to_bar([p.metrics for p in pts], bar, coll.original)",
            "            i = 0 if pts else None", (T_TRANSFER,)),

@@ -68,6 +68,9 @@ def check_writable_location(path: str | Path, key: str) -> Path:
     return p
 
 
+FINGERPRINT = "fingerprint.json"  # beside a fine-tuned model: what decided its weights (train/fingerprint.py)
+
+
 def check_output_dir(path: str | Path, overwrite: bool, inputs: Mapping[str, Any] | None = None,
                      key: str = "output_dir") -> Path:
     """Refuse an output directory the run could not write, would clobber, or whose replacement would delete an

@@ -23,7 +23,7 @@ from obliviate.data.splits import load_attack_splits, load_data
 from obliviate.errors import ConfigError
 from obliviate.eval.benchmarks import BENCHMARKS, own_sections, resolve
 from obliviate.eval.score import parse_expr
-from obliviate.files import check_output_dir, check_writable_location
+from obliviate.files import FINGERPRINT, check_output_dir, check_writable_location
 from obliviate.modeling.sources import (
     check_layer_indices,
     check_model_source,
@@ -350,13 +350,17 @@ def finetune_inputs(cfg: FinetuneConfig) -> dict[str, Any]:
 
 def preflight_finetune(cfg: FinetuneConfig, *, need_output: bool = True) -> tuple[list, list[str]]:
     """Checks of `obliviate finetune` before any model is built: (the training rows, lines for `validate`)."""
-    if need_output or cfg.output_dir:
+    lines = []
+    if (need_output or cfg.output_dir) and not cfg.overwrite and (Path(cfg.output_dir) / FINGERPRINT).is_file():
+        lines.append(f"output_dir {cfg.output_dir} holds a fine-tune: reused if this run's settings, starting weights "
+                     "and data are the same, else refused")
+    elif need_output or cfg.output_dir:
         check_output_dir(need(cfg.output_dir, "output_dir", "runs/target"), cfg.overwrite, finetune_inputs(cfg))
     source = need(cfg.data.source, "data.source", "<data dir or hub id>")
     rows = load_data(source, cfg.data.format, list(cfg.data.splits), cfg.data.fields)
     path = need(cfg.model.path, "model.path", "tiny")
-    lines = [f"data: {len(rows)} {'rows' if cfg.data.format == 'qa' else 'documents'} from "
-             f"{', '.join(map(str, cfg.data.splits))}"]
+    lines.insert(0, f"data: {len(rows)} {'rows' if cfg.data.format == 'qa' else 'documents'} from "
+                    f"{', '.join(map(str, cfg.data.splits))}")
     if path == "tiny":
         lines.append(f"model: a tiny Llama built here ({cfg.tiny.layers} layers, hidden {cfg.tiny.hidden_size})")
     else:

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from obliviate.cli import main
 from obliviate.data.rows import load_split
@@ -65,8 +66,11 @@ def test_a_resumed_run_keeps_the_checks_made_before_it_stopped(world, tmp_path, 
 
     monkeypatch.setattr(loop, "_finish_step", stop_after_epoch_one)
     assert main(cut) != 0 and not (tmp_path / "cut").exists()
+    recorded = torch.load(ck / "checkpoint.pt", weights_only=False)["fingerprint"]
     monkeypatch.setattr(loop, "_finish_step", original)
     assert main(cut) == 0
+    # the fingerprint kept beside the model is the one its checkpoint recorded before the first step
+    assert json.loads((tmp_path / "cut" / "fingerprint.json").read_text()) == recorded
     resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())["knows"]
     assert resumed == json.loads((whole / "metrics.json").read_text())["knows"]
     assert resumed["curve"][0]["step"] < count[0]  # the first check was made before the stop
@@ -82,3 +86,37 @@ def test_a_check_that_cannot_run_is_refused_before_training(world, tmp_path, cap
     docs.write_text('{"text": "a raw document"}\n', encoding="utf-8")
     assert main(_args(world, out, *[e.format(docs=docs) for e in extra])) == 2
     assert names in capsys.readouterr().err and not out.exists()
+
+
+def test_the_same_fine_tune_again_reuses_the_saved_model_and_another_is_refused(world, tmp_path, capsys, monkeypatch):
+    from obliviate.train import loop
+
+    out = tmp_path / "t"
+    assert main(_args(world, out)) == 0
+    saved = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    steps = []
+    monkeypatch.setattr(loop, "_finish_step", lambda *a, **k: steps.append(1))
+    assert main(_args(world, out, "train.progress=true")) == 0  # progress does not enter the fingerprint
+    printed = capsys.readouterr().out
+    assert "already holds this fine-tune" in printed and "forget20: recall" in printed
+    assert steps == [] and (out / "model.safetensors").read_bytes() == saved
+    for change, named in (("train.lr=1e-3", "train.lr"), ("data.splits=[retain80]", "data.rows_sha256"),
+                          ("tiny.seed=1", "model.weights_sha256")):
+        assert main(_args(world, out, change)) == 2
+        err = capsys.readouterr().err
+        assert "holds another fine-tune" in err and named in err and "overwrite=true" in err
+        assert steps == [] and (out / "model.safetensors").read_bytes() == saved
+
+
+def test_overwrite_trains_again_and_an_output_without_a_fingerprint_is_still_refused(world, tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(_args(world, out, "knows.split=null")) == 0
+    assert main(_args(world, out, "knows.split=null", "train.lr=1e-3", "overwrite=true")) == 0
+    assert json.loads((out / "fingerprint.json").read_text())["train.lr"] == 1e-3
+    assert "reusing" not in capsys.readouterr().out
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(_args(world, other)) == 2
+    assert "already exists" in capsys.readouterr().err and (other / "notes.txt").read_text() == "mine"

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from obliviate.cli import configured, runs
 from obliviate.config import FinetuneConfig
 from obliviate.data.rows import load_split
+from obliviate.errors import ConfigError
+from obliviate.files import FINGERPRINT
 from obliviate.preflight import finetune_inputs, preflight_finetune
 from obliviate.train.student import load_model, saveable, with_chat
 
@@ -23,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune a model (or a freshly built tiny one) on QA splits and save it with its tokenizer."""
     from obliviate.modeling.load import atomic_dir, load_tokenizer, save_model
-    from obliviate.train.unlearn import finetune
+    from obliviate.train.loop import launched_processes
+    from obliviate.train.unlearn import as_rows, finetune, finetune_fingerprint
 
     inputs = finetune_inputs(cfg)
     rows, _ = preflight_finetune(cfg)
@@ -39,6 +44,11 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                            num_heads=cfg.tiny.heads, seed=cfg.tiny.seed)
     else:
         model, tok = load_model(cfg.model)
+    fp = finetune_fingerprint(model, tok, as_rows(rows), cfg.train, max_length=cfg.data.max_length,
+                              processes=launched_processes())
+    done = reused(cfg, fp)
+    if done is not None:
+        return done
     track = runs.tracking(cfg, "finetune")  # train.report_to: None without trackers
     check, epoch_steps = knows_monitor(cfg, tok, len(rows))
     res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length, tracking=track, monitor=check)
@@ -52,11 +62,35 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     with atomic_dir(cfg.output_dir, cfg.overwrite, inputs) as out:
         save_model(out, saveable(model, cfg.model), tok)
         runs.write_run(out, cfg, metrics, "finetune")
+        (out / FINGERPRINT).write_text(json.dumps(fp, indent=1) + "\n", encoding="utf-8")
         runs.keep_logs(out, track)
     print(f"trained on {len(rows)} rows in {res.seconds:.0f} s; final nll {res.history[-1]['nll']:.4f}; saved to {cfg.output_dir}")
     if check is not None:
         print(known_line(metrics["knows"]))
     return {"history": res.history}
+
+
+def reused(cfg: FinetuneConfig, fp: dict[str, Any]) -> dict[str, Any] | None:
+    """A finished fine-tune in output_dir made with the same fingerprint (settings, starting weights, data): its
+    history, kept as it is (printed so); None when there is none or overwrite=true; another fingerprint is refused."""
+    from obliviate.train.fingerprint import differences
+
+    out = Path(cfg.output_dir)
+    if cfg.overwrite or not (out / FINGERPRINT).is_file():
+        return None
+    diffs = differences(json.loads((out / FINGERPRINT).read_text(encoding="utf-8")), fp)
+    if diffs:
+        raise ConfigError(f"output directory {out} holds another fine-tune ({len(diffs)} difference(s): "
+                          f"{'; '.join(diffs[:4])}); choose another output_dir or pass overwrite=true to replace it")
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    if runs.main_process():
+        print(f"{out} already holds this fine-tune (the same settings, starting weights and data): reusing it; "
+              "overwrite=true trains it again")
+        if "knows" in metrics:
+            from obliviate.eval.known import known_line
+
+            print(known_line(metrics["knows"]))
+    return {"history": metrics.get("history", []), "reused": True}
 
 
 def knows_monitor(cfg: FinetuneConfig, tok: Any, n_rows: int) -> tuple[Any, float]:

@@ -439,6 +439,16 @@ def unlearn(model: torch.nn.Module, tokenizer: Any, forget_rows: Rows, retain_ro
                     tracking=tracking)
 
 
+def finetune_fingerprint(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
+                         max_length: int = 256, processes: int = 1) -> dict[str, Any]:
+    """What decides a fine-tune's weights (train/fingerprint.py), taken before its first step: its checkpoints record
+    it, and `obliviate finetune` keeps it beside the model to reuse a finished run with the same one."""
+    enc = encode_rows(tokenizer, rows, max_length)
+    global_batch = train.batch_size * processes
+    return fingerprint("finetune", train, steps=schedule(len(enc), global_batch, train).steps, global_batch=global_batch,
+                       max_length=max_length, model=model, tokenizer=tokenizer, data={"rows": enc})
+
+
 def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainConfig, *,
              max_length: int = 256, accelerator: Any = None, desc: str = "finetune",
              fields: Fields | None = None, tracking: Any = None, monitor: Any = None) -> TrainResult:
@@ -457,8 +467,7 @@ def finetune(model: torch.nn.Module, tokenizer: Any, rows: Rows, train: TrainCon
     sch = schedule(len(enc), global_batch, train)
     steps = sch.steps
     opt, sched = make_optimizer(model, train, steps, sch.warmup)
-    fp = partial(fingerprint, "finetune", train, steps=steps, global_batch=global_batch, max_length=max_length,
-                 model=model, tokenizer=tokenizer, data={"rows": enc})
+    fp = partial(finetune_fingerprint, model, tokenizer, rows, train, max_length=max_length, processes=acc.num_processes)
     chunk = vocab_chunk(train, model)
     fp = _now(fp, train)
     model, opt, sched = prepare(acc, model, opt, sched, train, sch)
