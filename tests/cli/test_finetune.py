@@ -80,6 +80,7 @@ def test_a_resumed_run_keeps_the_checks_made_before_it_stopped(world, tmp_path, 
     (["knows.split=forget99"], "forget99"),
     (["data.format=text", "data.source={docs}"], "data.format"),
     (["knows.bar=1.5"], "knows.bar"),
+    (["train.fsdp=true"], "train.fsdp"),
 ])
 def test_a_check_that_cannot_run_is_refused_before_training(world, tmp_path, capsys, extra, names):
     out, docs = tmp_path / "t", tmp_path / "docs.jsonl"
@@ -112,6 +113,8 @@ def test_the_same_fine_tune_again_reuses_the_saved_model_and_another_is_refused(
 def test_overwrite_trains_again_and_an_output_without_a_fingerprint_is_still_refused(world, tmp_path, capsys):
     out = tmp_path / "t"
     assert main(_args(world, out, "knows.split=null")) == 0
+    assert main(_args(world, out)) == 0  # the same run, now asking for the check: reused, and told why no check
+    assert "trained without a knows check" in capsys.readouterr().out
     assert main(_args(world, out, "knows.split=null", "train.lr=1e-3", "overwrite=true")) == 0
     assert json.loads((out / "fingerprint.json").read_text())["train.lr"] == 1e-3
     assert "reusing" not in capsys.readouterr().out

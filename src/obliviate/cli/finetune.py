@@ -50,7 +50,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     if done is not None:
         return done
     track = runs.tracking(cfg, "finetune")  # train.report_to: None without trackers
-    check, epoch_steps = knows_monitor(cfg, tok, len(rows))
+    check, epoch_steps = knows_monitor(cfg, tok, len(rows), launched_processes())
     res = finetune(model, tok, rows, cfg.train, max_length=cfg.data.max_length, tracking=track, monitor=check)
     if not runs.main_process():
         return {}
@@ -90,21 +90,23 @@ def reused(cfg: FinetuneConfig, fp: dict[str, Any]) -> dict[str, Any] | None:
             from obliviate.eval.known import known_line
 
             print(known_line(metrics["knows"]))
+        elif cfg.knows.split is not None:
+            print(f"it was trained without a knows check, so knows.split={cfg.knows.split} was not run: "
+                  "overwrite=true trains it again with the check")
     return {"history": metrics.get("history", []), "reused": True}
 
 
-def knows_monitor(cfg: FinetuneConfig, tok: Any, n_rows: int) -> tuple[Any, float]:
+def knows_monitor(cfg: FinetuneConfig, tok: Any, n_rows: int, processes: int = 1) -> tuple[Any, float]:
     """The check of knows.split after every epoch (or knows.every_steps steps), and the steps of one pass over the
     rows, n / (B · processes · accum); (None, 0.0) without knows.split."""
     k = cfg.knows
     if k.split is None:
         return None, 0.0
     from obliviate.eval.known import recall_check, steps_per_epoch
-    from obliviate.train.loop import launched_processes
     from obliviate.train.monitor import Monitor
 
     rows = load_split(cfg.data.source, k.split, cfg.data.fields or None)[:k.max_examples]
-    rows_per_step = cfg.train.batch_size * launched_processes() * cfg.train.grad_accum
+    rows_per_step = cfg.train.batch_size * processes * cfg.train.grad_accum
     check = Monitor(k.every_steps or steps_per_epoch(n_rows, rows_per_step),
                     lambda m: recall_check(m, tok, rows, max_new_tokens=k.max_new_tokens, batch_size=k.batch_size))
     return check, n_rows / rows_per_step
