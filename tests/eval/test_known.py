@@ -47,3 +47,28 @@ def test_a_model_that_never_knows_the_split_says_so_with_its_last_values():
     assert known_line(s) == "forget10: recall never reached 0.8 (last check: ROUGE-L recall 0.378)"
     assert known_curve([{"step": 3, "nll": 0.1}], 2) == []
     assert known_line(known_summary([], "x", 0.5, 1)) == "x: recall never reached 0.5 (last check: no check ran)"
+
+
+def test_the_check_scores_greedy_answers_by_their_mean_recall(monkeypatch):
+    """Answers fixed by hand: ROUGE-L recall 2/4, 1, 0, 1 (mean 0.625, not the median 0.75); fact recall over the
+    annotated row only: both facts found -> 1.0, then 'Tessaly' found and '1962' not -> 0.5 (ROUGE-L 3/5 there)."""
+    from obliviate.data.rows import QARow
+    from obliviate.eval import known
+
+    rows = [QARow("q1", "alpha beta gamma delta"), QARow("q2", "epsilon zeta"), QARow("q3", "eta theta"),
+            QARow("q4", "born in Tessaly in 1962", fact_spans=((8, 15), (19, 23)))]
+    answers = ["alpha beta", "epsilon zeta", "nothing", "born in Tessaly in 1962"]
+    seen = {}
+
+    def fake(model, tok, questions, **kw):
+        seen.update(questions=questions, **kw)
+        return answers
+
+    monkeypatch.setattr(known, "generate_answers", fake)
+    out = known.recall_check(None, None, rows, max_new_tokens=7, batch_size=3)
+    assert out["rougeL_recall"] == pytest.approx(0.625)
+    assert out["fact_recall"] == pytest.approx(1.0)
+    assert seen["questions"] == ["q1", "q2", "q3", "q4"] and (seen["max_new_tokens"], seen["batch_size"]) == (7, 3)
+    answers[3] = "born in Tessaly"
+    out = known.recall_check(None, None, rows)
+    assert out["fact_recall"] == pytest.approx(0.5) and out["rougeL_recall"] == pytest.approx((0.5 + 1 + 0 + 0.6) / 4)
