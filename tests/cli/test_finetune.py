@@ -123,3 +123,12 @@ def test_overwrite_trains_again_and_an_output_without_a_fingerprint_is_still_ref
     (other / "notes.txt").write_text("mine")
     assert main(_args(world, other)) == 2
     assert "already exists" in capsys.readouterr().err and (other / "notes.txt").read_text() == "mine"
+
+
+def test_the_check_leaves_the_training_as_it_was(world, tmp_path):
+    """Same weights, bit for bit, with and without the check: it draws no random numbers and changes no state."""
+    with_check, without = tmp_path / "a", tmp_path / "b"
+    assert main(_args(world, with_check, "knows.every_steps=1")) == 0
+    assert main(_args(world, without, "knows.split=null")) == 0
+    assert (with_check / "model.safetensors").read_bytes() == (without / "model.safetensors").read_bytes()
+    assert json.loads((with_check / "fingerprint.json").read_text()) == json.loads((without / "fingerprint.json").read_text())
