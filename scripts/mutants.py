@@ -57,6 +57,8 @@ T_KNOWN_CLI = "tests/cli/test_finetune.py::test_the_check_runs_after_every_epoch
 T_REUSE = "tests/cli/test_finetune.py"
 T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
+T_AGG = ("tests/eval/test_aggregates.py",)
+T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
 
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
@@ -423,7 +425,8 @@ MUTANTS: list[Mutant] = [
            "group = [k for k in left if k == left[0] or intervals[k].overlaps(intervals[left[-1]])]",
            ("tests/eval/test_intervals.py",)),
     Mutant("intervals: rows never resampled", "eval/intervals.py",
-           "            vals.append(score({**m, **_means(r, picks)}))", "            vals.append(score({**m, **_means(r, None)}))",
+           "vals.append(score({**m, **_means(r, picks, group, whole)}))",
+           "vals.append(score({**m, **_means(r, None, group, whole)}))",
            ("tests/eval/test_intervals.py",)),
     Mutant("sweep: the retain model's reference row from the selection rows", "sweep/tracks.py",
            'self.retain_report = report["metrics"] if report is not None else metrics', "self.retain_report = metrics",
@@ -667,6 +670,25 @@ MUTANTS: list[Mutant] = [
            ("tests/train/test_switches.py::test_deterministic_training_turns_on_torchs_deterministic_algorithms_and_cublas_workspace",)),
     Mutant("eval device: LOCAL_RANK ignored", "modeling/load.py", 'int(os.environ.get("LOCAL_RANK", "0") or 0)', "0",
            ("tests/modeling/test_load.py::test_eval_device_prefers_this_process_gpu_and_the_environment_overrides",)),
+    Mutant("intervals: the whole rows as their mean", "eval/intervals.py",
+           "out[k] = x if k in whole else float(x.mean())", "out[k] = float(x.mean())",
+           ("tests/eval/test_intervals.py",)),
+    Mutant("intervals: one draw for every group", "eval/intervals.py",
+           "x = v if picks is None else v[picks[group(k, len(v))]]",
+           "x = v if picks is None else v[next(iter(picks.values()))[:len(v)] % len(v)]",
+           ("tests/eval/test_intervals.py",)),
+    Mutant("aggregates: the forget split's closer-look truth ratio as TOFU's term", "eval/aggregates.py",
+           'out[cl] = 1.0 - tr if kind == "forget" else tr', "out[cl] = tr", T_AGG),
+    Mutant("aggregates: retain rows drawn with real authors'", "eval/aggregates.py",
+           "for kind in sorted(KINDS, key=len, reverse=True):", "for kind in ('forget', 'retain'):", T_AGG),
+    Mutant("aggregates: forget quality never recomputed", "eval/aggregates.py",
+           'out["forget_quality"] = forget_quality(unlearned, retain)', "pass", T_AGG),
+    Mutant("tofu: forget quality's rows are the truth-ratio terms", "eval/tofu.py",
+           "rows.update(dict(zip(FQ_ROWS, ([float(v) for v in res.truth_ratio],",
+           "rows.update(dict(zip(FQ_ROWS, ([float(v) for v in truth_ratio_terms(res.truth_ratio, 'forget')],",
+           ("tests/eval/test_tofu.py",)),
+    Mutant("compare: the papers' columns without their aggregates' parts", "sweep/compare.py",
+           "which = tuple(m for m in metrics if set(PARTS.get(m, ())) & rowed)", "which = ()", (T_PAPERS_ROWS,)),
 ]
 
 

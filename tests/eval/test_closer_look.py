@@ -194,6 +194,9 @@ def test_unloadable_models_are_omitted_and_labelled(tmp_path, small_world):
     assert any(n.startswith("mu is null (incomplete): mu_partial is over 10 of 18 numbers; left out: ")
                for n in out["notes"])
     assert out["closer_look_models"] == {"embedding": None, "nli": None}
+    # the per-row values a bootstrap resamples: token entropy of every split (1.0 per reply), nothing for the
+    # components left out
+    assert out["rows"] == {f"{s}_token_entropy": [1.0, 1.0, 1.0] for s in splits}
     with pytest.raises(ValueError, match="the split has 2"):
         evaluate_closer_look(None, None, {"forget": splits["forget"][:2]}, models=models, tofu_results=results)
 
@@ -262,6 +265,11 @@ def test_end_to_end_on_the_trained_model(local_models, trained_small, small_worl
     split = closer_look_split(forget, small_tok, models, golds=[r.answer for r in splits["forget"]])
     assert split.per_example["cosine_similarity"].shape == (4,)
     assert split.values["cosine_similarity"] == pytest.approx(out["forget_cosine_similarity"])
+    # per-row values of the three numbers that are not TOFU's, for every split; each list's mean is the number
+    assert set(out["rows"]) == {f"{s}_{p}" for s in splits
+                                for p in ("token_entropy", "cosine_similarity", "entailment_score")}
+    for key, values in out["rows"].items():
+        assert len(values) == 4 and out[key] == pytest.approx(float(np.mean(values)), abs=1e-12), key
 
 
 def test_nli_model_without_an_entailment_label_is_an_error(tmp_path, local_models):

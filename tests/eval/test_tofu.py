@@ -11,6 +11,7 @@ from obliviate.data.rows import QARow
 from obliviate.data.tokenize import collate, encode_qa, pad_id
 from obliviate.eval.generate import batched_avg_loss
 from obliviate.eval.tofu import (
+    FQ_ROWS,
     METRICS,
     UTILITY_KEYS,
     evaluate_split,
@@ -228,8 +229,13 @@ def test_per_row_values_by_hand_and_their_means_are_the_metrics(hand_model):
         np.testing.assert_allclose(rows[key], values, atol=1e-9, err_msg=key)
     assert {"forget_token_entropy", "forget_repetition_rate", "forget_rougeL_recall"} <= set(rows)
     for key, values in rows.items():
-        assert len(values) == 2 and out[key] == pytest.approx(float(np.mean(values)), abs=1e-12), key
+        if key not in FQ_ROWS:
+            assert len(values) == 2 and out[key] == pytest.approx(float(np.mean(values)), abs=1e-12), key
     assert "forget_quality" not in rows and "model_utility" not in rows  # not means over rows
+    # forget quality's parts, paired by row: the model's raw TRs e^-1, e (not the terms) and the retain model's
+    np.testing.assert_allclose(rows[FQ_ROWS[0]], [1 / E, E], rtol=1e-12)
+    np.testing.assert_allclose(rows[FQ_ROWS[1]], np.exp([2.0, 3.0]), rtol=1e-12)
+    assert FQ_ROWS[0] not in evaluate_tofu(None, None, HAND)["rows"]  # no retain model: no forget quality, no parts
 
 
 def test_metrics_table_declares_direction_and_version():

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from obliviate.errors import ObliviateError
+from obliviate.eval.tofu import FQ_ROWS, UTILITY_KEYS
 from obliviate.sweep.compare import Collection, Point, best_per_method, build_report, fronts, write_compare
 from obliviate.sweep.defaults import KNOWLEDGE_DEFAULTS, parse_axes, parse_bar
 
@@ -217,8 +218,9 @@ def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None, s
 
 
 def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows():
-    """Recipe and best rows, each the mean ± sample sd of its seeds' held-out values; a recipe that is the best is
-    one row; θ0 from its held-out report; FQ below 1e-3 in scientific notation."""
+    """Recipe and best rows, each the mean of its seeds' held-out values with its interval (over seeds only, †: these
+    trials kept no rows); a recipe that is the best is one row; θ0 from its held-out report; FQ below 1e-3 in
+    scientific notation."""
     points = [
         _tofu("NPO", 0, 0.5, 0.2, 0.9, report={"forget_quality": 1e-4, "forget_rougeL_recall": 0.8}, recipe=True,
               seconds=600),
@@ -238,8 +240,8 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert "| retain |" not in build_report(dataclasses.replace(coll, retain=None))[0]
     assert "| NPO | recipe: NPO #0 | 1 | 1.0e-04 | 0.200 | 0.100 | 0.100 | 0.800 | 0.600 | 0.000 |" in text
     # the best (#1, lowest ROUGE-L at matched utility) over its 2 seeds: FQ (0.1, 0.3), ROUGE-L (0.4, 0.2) held out
-    assert "| NPO | best: NPO #1 | 2 | 0.200 ± 0.141 | 0.200 ± 0.000 | 0.700 ± 0.000 | 0.100 ± 0.000 | 0.300 ± 0.141 |" \
-        in text
+    assert ("| NPO | best: NPO #1 | 2 | 0.200 [0.100, 0.300] † | 0.200 [0.200, 0.200] † | 0.700 [0.700, 0.700] † | "
+            "0.100 [0.100, 0.100] † | 0.300 [0.200, 0.400] † |") in text
     assert "| GA | recipe = best: GA #0 | 1 | 0.500 | 0.200 | 0.500 | 0.100 | 0.500 | 0.600 | 0.000 |" in text
     assert summary["papers"]["NPO"]["best"]["values"]["forget_quality"] == [0.1, 0.3]
     assert "## In the papers' columns" not in build_report(_coll())[0]  # a knowledge sweep has no TOFU columns
@@ -248,3 +250,26 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert "| NPO | 3 | 0 | 0 | 30.0 | 1.42 |" in text and "| GA | 1 | 0 | 0 | – | 0.00 |" in text
     assert "Finished trials took 1.42 hours of wall time in all" in text
     assert summary["timing"]["NPO"] == {"median_s": 1800, "total_s": 5100, "n": 3}
+
+
+def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows():
+    """One seed with per-row values. Forget quality is the KS test of the two truth-ratio rows, drawn in pairs:
+    [1, 10] vs [5, 6] gives p = 1 (D = 1/2) on the rows as they are and on the draws of both rows, 1/3 (D = 1, two
+    rows each: 2 of C(4, 2) = 6 orders) when a draw repeats one row: 95% interval [1/3, 1]. Model utility, the
+    harmonic mean of nine row means, has retain_prob rows [0.25, 1] and the other parts 0.5: draws 0.25, 0.625, 1
+    give 9/20 = 0.45, 9/17.6 = 0.511, 9/17 = 0.529."""
+    half = [0.5, 0.5]
+    rows = {k: list(half) for k in UTILITY_KEYS} | {"retain_prob": [0.25, 1.0],
+                                                     FQ_ROWS[0]: [1.0, 10.0], FQ_ROWS[1]: [5.0, 6.0],
+                                                     "forget_rougeL_recall": [0.0, 1.0]}
+    metrics = {k: 0.5 for k in UTILITY_KEYS} | {"retain_prob": 0.625, "model_utility": 9 / 17.6, "forget_degenerate_share": 0.0,
+                                                "forget_quality": 1.0, "forget_rougeL_recall": 0.5}
+    point = Point("src", "NPO", "NPO #0", "complete", {}, metrics, rows=rows, recipe=True)
+    coll = Collection([point], {**metrics, "forget_rougeL_recall": 1.0}, "unlearn")
+    text, summary, _ = build_report(coll)
+    ivs = summary["papers"]["NPO"]["recipe = best"]["intervals"]
+    fq, mu = ivs["forget_quality"], ivs["model_utility"]
+    assert (fq["estimate"], fq["low"], fq["high"], fq["rows"]) == (1.0, pytest.approx(1 / 3), 1.0, 2)
+    assert (mu["estimate"], mu["low"], mu["high"]) == (pytest.approx(9 / 17.6), pytest.approx(0.45),
+                                                       pytest.approx(9 / 17))
+    assert "| NPO | recipe = best: NPO #0 | 1 | 1.000 [0.333, 1.000] | 0.511 [0.450, 0.529] |" in text

@@ -51,6 +51,7 @@ ENTAIL_MIN_ROUGE = 0.1
 PROTOCOL_ROWS = 300
 PROTOCOL_MAX_LENGTH = 200
 GENERATION_IS_PREMISE = {"forget": True, "retain": False, "real_authors": False, "world_facts": False}
+ROW_NAMES = {"entailed": "entailment_score"}  # CloserLookSplit.per's names as the numbers they average to
 COMPONENT = {"cosine_similarity": ("embedding", "Cosine Similarity"),
              "entailment_score": ("nli", "Entailment Score")}
 
@@ -272,12 +273,14 @@ def evaluate_closer_look(model: Any, tokenizer: Any, splits: Mapping[str, Sequen
                          golds: Mapping[str, Sequence[str]] | None = None, max_new_tokens: int = 200,
                          batch_size: int = 16, max_length: int = 256,
                          max_total_tokens: int | None = None) -> dict[str, Any]:
-    """Closer-look FE, MU and the six numbers per split; tofu_results are reused, missing ones evaluated."""
+    """Closer-look FE, MU and the six numbers per split; tofu_results are reused, missing ones evaluated. `rows`:
+    the per-row values of token entropy, cosine similarity and entailment score, each list's mean the number."""
     unknown = sorted(set(splits) - set(KINDS))
     if unknown or not splits:
         raise ValueError(f"splits must be a non-empty dict keyed by {', '.join(KINDS)}; unknown: {unknown or 'none'}")
     out: dict[str, Any] = {name: None for name in CLOSER_LOOK_METRICS}
     notes: list[str] = []
+    per_row: dict[str, list[float]] = {}
     for kind in (k for k in KINDS if k in splits):
         rows = splits[kind]
         res = (tofu_results or {}).get(kind)
@@ -291,12 +294,14 @@ def evaluate_closer_look(model: Any, tokenizer: Any, splits: Mapping[str, Sequen
         gold = (golds or {}).get(kind) or [r.answer for r in rows]
         split = closer_look_split(res, tokenizer, models, golds=gold)
         out.update({f"{kind}_{p}": v for p, v in split.values.items()})
+        per_row.update({f"{kind}_{ROW_NAMES.get(p, p)}": [float(x) for x in v] for p, v in split.per_example.items()})
         notes += split.notes
     notes += [models.omission(p) for p in COMPONENT if models.get(COMPONENT[p][0]) is None]
     out.update(_aggregate(out, notes))
     out["closer_look_models"] = {w: (getattr(models, w) if models.get(w) is not None else None)
                                  for w in ("embedding", "nli")}
     out["notes"] = notes
+    out["rows"] = per_row
     return out
 
 

@@ -4,7 +4,9 @@ A run's score (e.g. the bar's forget score, an expression over metrics) is a fun
 `forget_accuracy` is the mean of 0/1 per forget fact, and so on. Given each seed's per-row values of those
 metrics, one bootstrap draw resamples the seeds with replacement and, within each seed, the rows of each
 metric group with replacement (one index draw per group of equal length, so metrics over the same rows stay
-paired), recomputes the means, evaluates the score per drawn seed and averages over the drawn seeds. The
+paired; `group` may instead name the rows that share a draw, e.g. each split of a TOFU evaluation on its own),
+recomputes the means, evaluates the score per drawn seed and averages over the drawn seeds. Scores that are not
+functions of row means (a KS test's p-value) read the resampled rows themselves (`whole`). The
 interval is the draws' (1 − level)/2 and (1 + level)/2 quantiles (Efron & Tibshirani 1993, ch. 13). Metrics
 given without per-row values enter each drawn seed as they are, so with one seed and no rows the interval
 is the point itself: nothing to resample, said so by `resampled`.
@@ -16,13 +18,19 @@ group are reported as tied, never ranked among themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from obliviate.errors import ConfigError
 
 Score = Callable[[Mapping[str, Any]], float]
+Group = Callable[[str, int], Hashable]
+
+
+def by_length(key: str, n: int) -> int:
+    """The default draw groups: every metric with n rows shares one index draw."""
+    return n
 
 
 @dataclass(frozen=True)
@@ -55,19 +63,38 @@ def check_level(level: float) -> float:
     return float(level)
 
 
-def _means(rows: Mapping[str, np.ndarray], picks: Mapping[int, np.ndarray] | None) -> dict[str, float]:
-    """Each metric's mean over its rows (resampled by the index draw of its group length when `picks`)."""
-    return {k: float(v[picks[len(v)]].mean() if picks is not None else v.mean()) for k, v in rows.items()}
+def _draws(rows: Mapping[str, np.ndarray], group: Group) -> list[tuple[Hashable, int]]:
+    """[(draw group, its row count)] in drawing order, checking that the metrics of one group have as many rows."""
+    sizes: dict[Hashable, int] = {}
+    for k, v in rows.items():
+        g = group(k, len(v))
+        if sizes.setdefault(g, len(v)) != len(v):
+            raise ValueError(f"bootstrap: draw group {g!r} holds metrics of {sizes[g]} and of {len(v)} rows ({k})")
+    return sorted(sizes.items(), key=lambda gn: (str(type(gn[0])), gn[0]))
+
+
+def _means(rows: Mapping[str, np.ndarray], picks: Mapping[Hashable, np.ndarray] | None, group: Group = by_length,
+           whole: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Each metric's mean over its rows (resampled by its group's index draw when `picks`); a metric in `whole` as
+    its (resampled) rows themselves."""
+    out: dict[str, Any] = {}
+    for k, v in rows.items():
+        x = v if picks is None else v[picks[group(k, len(v))]]
+        out[k] = x if k in whole else float(x.mean())
+    return out
 
 
 def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str, Sequence[float]]]], *,
               level: float = 0.95, draws: int = 2000, seed: int = 0,
               derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-              reads: Iterable[str] | None = None) -> Interval:
+              reads: Iterable[str] | None = None, group: Group = by_length,
+              whole: Iterable[str] = ()) -> Interval:
     """Interval of `score` over seeds × rows (module docstring). seeds: one (metrics, per-row values) per seed;
     per-row values: metric -> [N] numbers whose mean is that metric (they replace it in the score's input).
     derive: recomputes metrics made from others (e.g. forget_score from its two accuracies) before scoring.
-    reads: the metrics the score rests on; the interval's row count is the largest of theirs (default: of all)."""
+    reads: the metrics the score rests on; the interval's row count is the largest of theirs (default: of all).
+    group(metric, n rows): metrics of one group share each index draw (default: those of equal length).
+    whole: metrics the score reads as their resampled rows ([n] arrays), not as their means."""
     level = check_level(level)
     if derive is not None:
         inner = score
@@ -75,7 +102,9 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
     if not seeds:
         raise ValueError("bootstrap needs at least one seed")
     tables = [({**m}, {k: np.asarray(v, dtype=np.float64) for k, v in r.items() if len(v)}) for m, r in seeds]
-    full = [score({**m, **_means(r, None)}) for m, r in tables]
+    whole = frozenset(whole)
+    sizes = [_draws(r, group) for _, r in tables]
+    full = [score({**m, **_means(r, None, group, whole)}) for m, r in tables]
     estimate = float(np.mean(full))
     resampled = len(tables) > 1 or bool(tables[0][1])
     wanted = None if reads is None else set(reads)
@@ -89,8 +118,8 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
         vals = []
         for s in chosen:
             m, r = tables[s]
-            picks = {n: rng.integers(0, n, size=n) for n in sorted({len(v) for v in r.values()})}
-            vals.append(score({**m, **_means(r, picks)}))
+            picks = {g: rng.integers(0, n, size=n) for g, n in sizes[s]}
+            vals.append(score({**m, **_means(r, picks, group, whole)}))
         out[d] = np.mean(vals)
     low, high = np.nanquantile(out, [(1 - level) / 2, (1 + level) / 2])
     return Interval(estimate, float(low), float(high), level, len(tables), n_rows, True)

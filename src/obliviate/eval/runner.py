@@ -96,7 +96,7 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
     if forget and cfg.memorization:
         out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"], fields))
     if cfg.closer_look or cfg.protocol == "closer_look":
-        out.update(_closer_look(model, tokenizer, splits, results, cfg, loss_length, out["notes"]))
+        out.update(_closer_look(model, tokenizer, splits, results, cfg, loss_length, out["notes"], out["rows"]))
     return out
 
 
@@ -145,13 +145,15 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
 
 
 def _closer_look(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], results: dict[str, SplitResult],
-                 cfg: EvalConfig, max_length: int, notes: list[str]) -> dict[str, Any]:
+                 cfg: EvalConfig, max_length: int, notes: list[str], rows: dict[str, list[float]]) -> dict[str, Any]:
+    """Closer-look FE / MU from the TOFU results already made; notes and per-row values go into `notes`, `rows`."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     models = load_closer_look_models(cfg.embedding_model, cfg.nli_model, local_files_only=offline)
     cl = evaluate_closer_look(model, tokenizer, splits, models=models, tofu_results=results,
                               max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_length=max_length,
                               max_total_tokens=length_limits(cfg, max_length)[1])
     notes.extend(cl.pop("notes", []))
+    rows.update(cl.pop("rows", {}))
     return {k: v for k, v in cl.items() if k not in ("forget_prob", "forget_rougeL_recall")}
 
 

@@ -26,6 +26,9 @@ KINDS: tuple[str, ...] = ("forget", "retain", "real_authors", "world_facts")
 UTILITY_SPLITS: tuple[str, ...] = ("retain", "real_authors", "world_facts")
 UTILITY_PARTS: tuple[str, ...] = ("prob", "rougeL_recall", "truth_ratio")
 UTILITY_KEYS: tuple[str, ...] = tuple(f"{s}_{p}" for s in UTILITY_SPLITS for p in UTILITY_PARTS)
+# the per-row values forget quality is computed from, kept in an evaluation's rows beside the row means: the model's
+# TOFU truth ratio of each forget row and the retain model's of the same row (a bootstrap resamples them in pairs)
+FQ_ROWS: tuple[str, str] = ("forget_quality_tr", "forget_quality_tr_retain")
 
 
 SPLIT_WHERE = {"forget": "forget set", "retain": "retain set", "real_authors": "real authors",
@@ -377,6 +380,8 @@ def _forget_extras(res: SplitResult | None, retain_tr: np.ndarray | None, tokeni
         notes.append("forget_quality undefined: forget truth ratios could not be computed")
     else:
         fq = forget_quality(res.truth_ratio, retain_tr)
+        if len(retain_tr) == len(res.truth_ratio):
+            rows.update(dict(zip(FQ_ROWS, ([float(v) for v in res.truth_ratio], [float(v) for v in retain_tr]))))
     per_row = fluency_rows(res.generations, tokenizer)
     rows.update({f"forget_{k}": v for k, v in per_row.items()})
     flu = fluency_summary(res.generations, tokenizer, per_row)

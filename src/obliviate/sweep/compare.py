@@ -12,6 +12,7 @@ directories (results.json: every method of the run) and unlearn run directories 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from obliviate.errors import ObliviateError
+from obliviate.eval.aggregates import PARTS, parts_of, row_group, with_tofu_aggregates
 from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
 from obliviate.eval.score import Bar, Expr, best_under_bar, nearest_to_bar, pareto_front, with_forget_score
+from obliviate.eval.tofu import FQ_ROWS
 from obliviate.files import write_json_atomic
 from obliviate.report.page import markdown_body, page
 from obliviate.report.plots import new_figure, png_bytes
@@ -178,12 +181,29 @@ def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     return fig
 
 
+def resampling(coll: Collection, metrics: Sequence[str], seen: Sequence[tuple[dict, dict]]) -> dict[str, Any]:
+    """bootstrap's keywords for an interval of a score over `metrics` from `seen` (each seed's metrics and rows):
+    the knowledge track recomputes forget_score from its resampled parts; TOFU tracks recompute model utility,
+    forget quality and FE / MU from theirs where the trials kept per-row values of them (eval/aggregates.py),
+    drawing each split's rows on its own (a score of row means alone keeps the default draws, which give one
+    split's rows the same intervals); the interval's row count is that of the parts."""
+    if coll.kind == "knowledge":
+        return {"derive": with_forget_score, "reads": tuple(metrics)}
+    if coll.kind in ("unlearn", "demo"):
+        rowed = {k for _, r in seen for k in r}
+        which = tuple(m for m in metrics if set(PARTS.get(m, ())) & rowed)
+        if not which:  # row means alone: drawn as always (by length), so earlier reports' intervals stay the same
+            return {"reads": tuple(metrics)}
+        return {"derive": functools.partial(with_tofu_aggregates, which=which), "group": row_group, "whole": FQ_ROWS,
+                "reads": parts_of(tuple(metrics))}
+    return {"reads": tuple(metrics)}
+
+
 def forget_interval(coll: Collection, bar: Bar, seeds: Sequence[Point], level: float) -> Interval:
     """bar.forget's bootstrap interval (eval/intervals.py) over `seeds` (one point per seed) and, where trials kept
-    them, the rows a verdict reads (`judged`: the held-out ones when the study kept them); its row count is that of
-    the metrics it rests on, and the knowledge track's forget_score is recomputed from its resampled parts."""
-    return bootstrap(bar.forget, [judged(p) for p in seeds], level=level, reads=bar.forget.rests_on,
-                     derive=with_forget_score if coll.kind == "knowledge" else None)
+    them, the rows a verdict reads (`judged`: the held-out ones when the study kept them); see `resampling`."""
+    seen = [judged(p) for p in seeds]
+    return bootstrap(bar.forget, seen, level=level, **resampling(coll, bar.forget.rests_on, seen))
 
 
 def recipe_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], level: float) -> tuple[list[str], dict]:
@@ -230,7 +250,8 @@ def heldout_bar(coll: Collection, bar: Bar, axes: Mapping[str, Expr], seeds: Seq
     mets = [m for m, _ in seen]
     return {"utility": [axes["utility"](m) for m in mets], "fluency": [axes["fluency"](m) for m in mets],
             "passing": sum(bar.passes(m, reference) for m in mets), "seeds": len(mets),
-            "utility_interval": bootstrap(axes["utility"], seen, level=level, reads=axes["utility"].rests_on)}
+            "utility_interval": bootstrap(axes["utility"], seen, level=level,
+                                          **resampling(coll, axes["utility"].rests_on, seen))}
 
 
 def _plain(again: Mapping[str, Any]) -> dict[str, Any]:
@@ -265,14 +286,38 @@ def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests:
     return lines, {b.method: _plain(again[b.method]) for b in named}
 
 
-def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], dict[str, Any]]:
-    """TOFU sweeps: each method at its recipe and at its best, in the papers' columns (PAPER_COLUMNS), mean ± sd over
-    the seeds each ran with, on the verdict's rows (held-out when the study kept them); nothing for other tracks."""
+def metric_interval(coll: Collection, metric: str, seeds: Sequence[Point], level: float) -> Interval:
+    """One metric's bootstrap interval over `seeds` × the verdict's rows (`resampling`: aggregates recomputed from
+    their resampled parts); NaN when the metric is missing."""
+    def score(m: Mapping[str, Any]) -> float:
+        v = m.get(metric)
+        return math.nan if v is None else float(v)
+
+    seen = [judged(p) for p in seeds]
+    return bootstrap(score, seen, level=level, **resampling(coll, (metric,), seen))
+
+
+def _cell(iv: Interval) -> str:
+    """A papers' table cell: 'est [low, high]', '†' when the interval is over seeds only, '–' when missing."""
+    if math.isnan(iv.estimate):
+        return "–"
+    if not iv.resampled:
+        return _num(iv.estimate)
+    return f"{_num(iv.estimate)} [{_num(iv.low)}, {_num(iv.high)}]" + ("" if iv.rows else " †")
+
+
+def papers_section(coll: Collection, bests: Sequence[Best], level: float = 0.95) -> tuple[list[str], dict[str, Any]]:
+    """TOFU sweeps: each method at its recipe and at its best, in the papers' columns (PAPER_COLUMNS), the mean over
+    the seeds each ran with and its bootstrap interval over seeds × rows, on the verdict's rows (held-out when the
+    study kept them); nothing for other tracks."""
     if coll.kind not in ("unlearn", "demo") or not any("model_utility" in p.metrics for p in coll.points):
         return [], {}
     lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
              "utility, the closer-look FE and MU (partial when a component's model is missing), forget ROUGE-L, truth "
-             "ratio and degenerate share; mean ± sd over seeds, on the verdict's rows.", "",
+             f"ratio and degenerate share, on the verdict's rows: the mean over seeds and its {level:.0%} bootstrap "
+             "interval over seeds × rows (forget quality, model utility, FE and MU recomputed from their resampled "
+             "per-row parts, each split drawn on its own; † over seeds only: those trials kept no per-row values of "
+             "that number's parts).", "",
              "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
              "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
     for name, what, ref in (("θ0", "the original model", coll.original_report or coll.original),
@@ -290,9 +335,12 @@ def papers_section(coll: Collection, bests: Sequence[Best]) -> tuple[list[str], 
                 continue
             seeds = seeds_of(coll, point)
             values = {k: [judged(q)[0].get(k) for q in seeds] for k, _ in PAPER_COLUMNS}
+            ivs = {k: metric_interval(coll, k, seeds, level) for k, _ in PAPER_COLUMNS}
             lines.append(f"| {b.method} | {label}: {point.name} | {len(seeds)} | "
-                         + " | ".join(_spread(values[k], count=False) for k, _ in PAPER_COLUMNS) + " |")
-            summary.setdefault(b.method, {})[label] = {"trial": point.name, "seeds": len(seeds), "values": values}
+                         + " | ".join(_cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
+            summary.setdefault(b.method, {})[label] = {
+                "trial": point.name, "seeds": len(seeds), "values": values,
+                "intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
     return lines + [""], summary
 
 
@@ -325,7 +373,7 @@ def build_report(coll: Collection, level: float = 0.95,
               "evaluation, summed over workers; a worker's start and its trials cut short are not counted)."]
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
-    paper_lines, papers = papers_section(coll, bests)
+    paper_lines, papers = papers_section(coll, bests, level)
     audit_lines, audited = audit_section(bests, audits) if audits is not None else ([], {})
     lines += paper_lines + audit_lines
     lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
