@@ -58,6 +58,7 @@ T_REUSE = "tests/cli/test_finetune.py"
 T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
+T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
 
 MUTANTS: list[Mutant] = [
@@ -146,7 +147,7 @@ MUTANTS: list[Mutant] = [
            "rouge = rouge_recall(generations, [r.paraphrased_answer or r.answer for r in rows])", T_TOFU),
     Mutant("tofu: truth ratio inverted", "eval/tofu.py", "return np.exp(c - p.mean(axis=1))",
            "return np.exp(p.mean(axis=1) - c)", T_TOFU),
-    Mutant("tofu: model utility arithmetic mean", "eval/tofu.py", "return float(hmean(nums))",
+    Mutant("tofu: model utility arithmetic mean", "eval/tofu.py", "return float(len(nums) / np.sum(1.0 / nums))",
            "return float(np.mean(nums))", T_TOFU),
     Mutant("tofu: retain truth ratio without the clip", "eval/tofu.py",
            'else np.maximum(0.0, 1.0 - tr)', "else 1.0 - tr", T_TOFU),
@@ -166,7 +167,7 @@ MUTANTS: list[Mutant] = [
     Mutant("closer look: FE without the 1 -", "eval/closer_look.py", "return (float(1.0 - nums.mean()) if used else None), used",
            "return (float(nums.mean()) if used else None), used", T_CL),
     Mutant("closer look: MU arithmetic mean", "eval/closer_look.py",
-           "return (0.0 if np.any(nums == 0) else float(hmean(nums))), used",
+           "return (0.0 if np.any(nums == 0) else harmonic_mean(nums)), used",
            "return (0.0 if np.any(nums == 0) else float(np.mean(nums))), used", T_CL),
     # rule traits (gradients.py RuleSpec) and the teacher's default (modeling/teacher.py)
     Mutant("rule traits: sago fused like sum", "gradients/rules.py",
@@ -425,8 +426,8 @@ MUTANTS: list[Mutant] = [
            "group = [k for k in left if k == left[0] or intervals[k].overlaps(intervals[left[-1]])]",
            ("tests/eval/test_intervals.py",)),
     Mutant("intervals: rows never resampled", "eval/intervals.py",
-           "vals.append(score({**m, **_means(r, picks, group, whole)}))",
-           "vals.append(score({**m, **_means(r, None, group, whole)}))",
+           "vals.append(score({**m, **_means(layouts[s], picks, whole)}))",
+           "vals.append(score({**m, **_means(layouts[s], None, whole)}))",
            ("tests/eval/test_intervals.py",)),
     Mutant("sweep: the retain model's reference row from the selection rows", "sweep/tracks.py",
            'self.retain_report = report["metrics"] if report is not None else metrics', "self.retain_report = metrics",
@@ -639,8 +640,8 @@ MUTANTS: list[Mutant] = [
     Mutant("recipe table: the held-out bar over the recipe's first seed only", "sweep/compare.py",
            "again = heldout_bar(coll, bar, axes, seeds, level)", "again = heldout_bar(coll, bar, axes, [p], level)",
            ("tests/sweep/test_compare.py::test_each_recipe_meets_the_bar_again_on_the_held_out_rows_with_its_interval",)),
-    Mutant("papers' columns: the selection's rows instead of the held-out ones", "sweep/compare.py",
-           "values = {k: [judged(q)[0].get(k) for q in seeds]", "values = {k: [q.metrics.get(k) for q in seeds]",
+    Mutant("papers' columns: the selection's rows instead of the held-out ones", "sweep/papers.py",
+           "seen = [judged(q) for q in seeds_of(coll, point)]", "seen = [(q.metrics, q.rows) for q in seeds_of(coll, point)]",
            (T_PAPERS,)),
     Mutant("spread: population sd instead of the sample sd", "sweep/compare.py",
            "{_num(statistics.stdev(vals))}", "{_num(statistics.pstdev(vals))}", (T_PAPERS,)),
@@ -671,11 +672,11 @@ MUTANTS: list[Mutant] = [
     Mutant("eval device: LOCAL_RANK ignored", "modeling/load.py", 'int(os.environ.get("LOCAL_RANK", "0") or 0)', "0",
            ("tests/modeling/test_load.py::test_eval_device_prefers_this_process_gpu_and_the_environment_overrides",)),
     Mutant("intervals: the whole rows as their mean", "eval/intervals.py",
-           "out[k] = x if k in whole else float(x.mean())", "out[k] = float(x.mean())",
+           "out[k] = x[i] if k in whole else float(means[i])", "out[k] = float(means[i])",
            ("tests/eval/test_intervals.py",)),
     Mutant("intervals: one draw for every group", "eval/intervals.py",
-           "x = v if picks is None else v[picks[group(k, len(v))]]",
-           "x = v if picks is None else v[next(iter(picks.values()))[:len(v)] % len(v)]",
+           "x = mat if picks is None else mat[:, picks[g]]",
+           "x = mat if picks is None else mat[:, next(iter(picks.values()))[:mat.shape[1]] % mat.shape[1]]",
            ("tests/eval/test_intervals.py",)),
     Mutant("aggregates: the forget split's closer-look truth ratio as TOFU's term", "eval/aggregates.py",
            'out[cl] = 1.0 - tr if kind == "forget" else tr', "out[cl] = tr", T_AGG),
@@ -687,8 +688,17 @@ MUTANTS: list[Mutant] = [
            "rows.update(dict(zip(FQ_ROWS, ([float(v) for v in res.truth_ratio],",
            "rows.update(dict(zip(FQ_ROWS, ([float(v) for v in truth_ratio_terms(res.truth_ratio, 'forget')],",
            ("tests/eval/test_tofu.py",)),
-    Mutant("compare: the papers' columns without their aggregates' parts", "sweep/compare.py",
-           "which = tuple(m for m in metrics if set(PARTS.get(m, ())) & rowed)", "which = ()", (T_PAPERS_ROWS,)),
+    Mutant("compare: the papers' columns without their aggregates' parts", "sweep/papers.py",
+           "which = tuple(m for m in metrics if m in PARTS and all(set(PARTS[m]) & set(r) for _, r in seen))",
+           "which = ()", (T_PAPERS_ROWS,)),
+    Mutant("sweep: a study without θ0's rows is not evaluated again", "sweep/storage.py",
+           'return "original" in study.user_attrs and (not held_out or ORIGINAL_ROWS in study.user_attrs)',
+           'return "original" in study.user_attrs', T_TOFU_HELD),
+    Mutant("sweep: the retain model's rows from the selection part", "sweep/tracks.py",
+           'self.retain_rows = report["rows"] if report is not None else rows', "self.retain_rows = rows",
+           T_TOFU_HELD),
+    Mutant("aggregates: the reference's rows drawn apart from the model's", "eval/aggregates.py",
+           "key = key[len(REFERENCE):] if key.startswith(REFERENCE) else key", "key = key", (T_PAPERS_ROWS,)),
 ]
 
 

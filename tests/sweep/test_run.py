@@ -19,6 +19,7 @@ from obliviate.errors import ObliviateError
 from obliviate.eval.tofu import FQ_ROWS, forget_quality
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import plan_sweep, run_sweep
+from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -330,6 +331,25 @@ def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_bas
     # the retain model (here θ0's own weights) is recorded once, on the verdict's rows: θ0's held-out report exactly
     assert study.user_attrs["retain_report"] == study.user_attrs["original_report"]
     assert study.user_attrs["retain_report"] != study.user_attrs["original"]
+    # θ0's and the retain model's per-row values on the verdict's rows, whose means are their reports (compare's
+    # intervals of θ0 and of each method's utility over θ0's on the same rows)
+    rows0 = study.user_attrs[ORIGINAL_ROWS]
+    assert set(rows0) == set(trials[0].user_attrs["report"]["rows"]) and study.user_attrs[RETAIN_ROWS] == rows0
+    for key, values in rows0.items():
+        if key not in FQ_ROWS:
+            assert study.user_attrs["original_report"][key] == pytest.approx(float(np.mean(values)), abs=1e-9), key
+    # a study made before those rows were kept evaluates θ0 once more when resumed, and records them
+    import sqlite3
+
+    with sqlite3.connect(out / "sweep.db") as db:
+        db.execute("DELETE FROM study_user_attributes WHERE key IN (?, ?)", (ORIGINAL_ROWS, RETAIN_ROWS))
+    lines: list[str] = []
+    assert run_sweep(_cfg(base, out, trials=1, heldout_share=0.5), log=lines.append)["ran"] == 0
+    assert not any("not repeated" in line for line in lines)
+    assert _trials(out, "npo+nll")[0].user_attrs[ORIGINAL_ROWS] == rows0
+    lines.clear()
+    run_sweep(_cfg(base, out, trials=1, heldout_share=0.5), log=lines.append)
+    assert "θ0's evaluation: recorded in the storage by an earlier worker, not repeated" in lines
     cut = tofu_cut({"a": list(range(6)), "b": list(range(3))}, 0.5, 0)
     assert [sorted(cut[0][k].tolist() + cut[1][k].tolist()) for k in "ab"] == [list(range(6)), list(range(3))]
     assert len(cut[1]["a"]) == 3 and len(cut[1]["b"]) in (1, 2)

@@ -9,7 +9,8 @@ were kept: no per-row truth ratios for forget quality, no per-row token entropy 
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+import math
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -25,11 +26,14 @@ PARTS: dict[str, tuple[str, ...]] = {
     "fe": tuple(f"forget_{p}" for p in _CLOSER if p != "token_entropy"),
 }
 PARTS |= {"mu_partial": PARTS["mu"], "fe_partial": PARTS["fe"]}
+REFERENCE = "θ0:"  # the prefix of a reference model's numbers in a paired table (`paired`)
 
 
 def row_group(key: str, n: int) -> str:
     """The split a per-row metric belongs to (its name's prefix: forget, retain, real_authors, world_facts): a
-    bootstrap draws each split's rows on its own, as the splits are separate samples; other keys by their length."""
+    bootstrap draws each split's rows on its own, as the splits are separate samples; other keys by their length.
+    A reference's copy of a metric (REFERENCE-prefixed) goes with the metric: both are drawn on the same rows."""
+    key = key[len(REFERENCE):] if key.startswith(REFERENCE) else key  # a reference's rows are drawn with the model's
     for kind in sorted(KINDS, key=len, reverse=True):
         if key.startswith(f"{kind}_"):
             return kind
@@ -62,3 +66,24 @@ def with_tofu_aggregates(metrics: Mapping[str, Any], which: Iterable[str] = tupl
         agg, _ = partial_aggregates(out)
         out |= {k: agg[k] for k in ("fe", "mu", "fe_partial", "mu_partial")}
     return out
+
+
+def paired(own: tuple[Mapping[str, Any], Mapping[str, Any]], reference: tuple[Mapping[str, Any], Mapping[str, Any]]
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One seed's (metrics, rows) with a reference model's on the same rows beside them (REFERENCE-prefixed), so that
+    a bootstrap grouped by `row_group` draws the same rows of both (a paired comparison)."""
+    return ({**own[0], **{REFERENCE + k: v for k, v in reference[0].items()}},
+            {**own[1], **{REFERENCE + k: v for k, v in reference[1].items()}})
+
+
+def ratio_to_reference(metric: str) -> Callable[[Mapping[str, Any]], float]:
+    """A score of a `paired` table: `metric` over the reference's, each recomputed from its (drawn) parts; NaN when
+    either is missing or the reference's is 0. E.g. model utility relative to θ0's on the same rows."""
+    def score(m: Mapping[str, Any]) -> float:
+        own = with_tofu_aggregates({k: v for k, v in m.items() if not k.startswith(REFERENCE)}, which=(metric,))
+        ref = with_tofu_aggregates({k[len(REFERENCE):]: v for k, v in m.items() if k.startswith(REFERENCE)},
+                                   which=(metric,))
+        a, b = own.get(metric), ref.get(metric)
+        return math.nan if a is None or not b else float(a) / float(b)
+
+    return score

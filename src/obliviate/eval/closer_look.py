@@ -29,13 +29,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
-from scipy.stats import hmean
 
 from obliviate.data.rows import QARow
 from obliviate.errors import ConfigError
 from obliviate.eval.fluency import token_entropy
 from obliviate.eval.metrics import MetricInfo, register
-from obliviate.eval.tofu import KINDS, METRICS, SPLIT_WHERE, UTILITY_SPLITS, SplitResult, evaluate_split
+from obliviate.eval.tofu import KINDS, METRICS, SPLIT_WHERE, UTILITY_SPLITS, SplitResult, evaluate_split, harmonic_mean
 
 DEFAULT_EMBEDDING = "sentence-transformers/paraphrase-MiniLM-L6-v2"
 DEFAULT_NLI = "sileod/deberta-v3-base-tasksource-nli"
@@ -114,7 +113,7 @@ def model_utility_mu(values: Mapping[str, float | None]) -> tuple[float | None, 
     used, nums = _present(values, MU_KEYS, "MU")
     if not used:
         return None, []
-    return (0.0 if np.any(nums == 0) else float(hmean(nums))), used
+    return (0.0 if np.any(nums == 0) else harmonic_mean(nums)), used
 
 
 def forget_efficacy(values: Mapping[str, float | None]) -> tuple[float | None, list[str]]:

@@ -63,24 +63,35 @@ def check_level(level: float) -> float:
     return float(level)
 
 
-def _draws(rows: Mapping[str, np.ndarray], group: Group) -> list[tuple[Hashable, int]]:
-    """[(draw group, its row count)] in drawing order, checking that the metrics of one group have as many rows."""
-    sizes: dict[Hashable, int] = {}
+Layout = list[tuple[Hashable, list[str], np.ndarray]]  # per draw group, in drawing order: its metrics, [k, n] rows
+
+
+def _layout(rows: Mapping[str, np.ndarray], group: Group) -> Layout:
+    """A seed's rows by draw group (one [k, n] matrix each, k metrics of n rows), in drawing order; a group whose
+    metrics have different row counts is refused."""
+    keys: dict[Hashable, list[str]] = {}
     for k, v in rows.items():
-        g = group(k, len(v))
-        if sizes.setdefault(g, len(v)) != len(v):
-            raise ValueError(f"bootstrap: draw group {g!r} holds metrics of {sizes[g]} and of {len(v)} rows ({k})")
-    return sorted(sizes.items(), key=lambda gn: (str(type(gn[0])), gn[0]))
+        keys.setdefault(group(k, len(v)), []).append(k)
+    out = []
+    for g in sorted(keys, key=lambda g: (str(type(g)), g)):
+        sizes = {len(rows[k]) for k in keys[g]}
+        if len(sizes) > 1:
+            raise ValueError(f"bootstrap: draw group {g!r} holds metrics of {' and of '.join(map(str, sorted(sizes)))} "
+                             f"rows ({', '.join(keys[g])})")
+        out.append((g, keys[g], np.stack([rows[k] for k in keys[g]])))
+    return out
 
 
-def _means(rows: Mapping[str, np.ndarray], picks: Mapping[Hashable, np.ndarray] | None, group: Group = by_length,
+def _means(layout: Layout, picks: Mapping[Hashable, np.ndarray] | None,
            whole: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Each metric's mean over its rows (resampled by its group's index draw when `picks`); a metric in `whole` as
     its (resampled) rows themselves."""
     out: dict[str, Any] = {}
-    for k, v in rows.items():
-        x = v if picks is None else v[picks[group(k, len(v))]]
-        out[k] = x if k in whole else float(x.mean())
+    for g, keys, mat in layout:
+        x = mat if picks is None else mat[:, picks[g]]
+        means = x.mean(axis=1)
+        for i, k in enumerate(keys):
+            out[k] = x[i] if k in whole else float(means[i])
     return out
 
 
@@ -103,8 +114,8 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
         raise ValueError("bootstrap needs at least one seed")
     tables = [({**m}, {k: np.asarray(v, dtype=np.float64) for k, v in r.items() if len(v)}) for m, r in seeds]
     whole = frozenset(whole)
-    sizes = [_draws(r, group) for _, r in tables]
-    full = [score({**m, **_means(r, None, group, whole)}) for m, r in tables]
+    layouts = [_layout(r, group) for _, r in tables]
+    full = [score({**m, **_means(lay, None, whole)}) for (m, _), lay in zip(tables, layouts)]
     estimate = float(np.mean(full))
     resampled = len(tables) > 1 or bool(tables[0][1])
     wanted = None if reads is None else set(reads)
@@ -118,8 +129,8 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
         vals = []
         for s in chosen:
             m, r = tables[s]
-            picks = {g: rng.integers(0, n, size=n) for g, n in sizes[s]}
-            vals.append(score({**m, **_means(r, picks, group, whole)}))
+            picks = {g: rng.integers(0, mat.shape[1], size=mat.shape[1]) for g, _, mat in layouts[s]}
+            vals.append(score({**m, **_means(layouts[s], picks, whole)}))
         out[d] = np.mean(vals)
     low, high = np.nanquantile(out, [(1 - level) / 2, (1 + level) / 2])
     return Interval(estimate, float(low), float(high), level, len(tables), n_rows, True)

@@ -12,7 +12,6 @@ directories (results.json: every method of the run) and unlearn run directories 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import statistics
@@ -21,15 +20,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.aggregates import PARTS, parts_of, row_group, with_tofu_aggregates
 from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
 from obliviate.eval.score import Bar, Expr, best_under_bar, nearest_to_bar, pareto_front, with_forget_score
-from obliviate.eval.tofu import FQ_ROWS
 from obliviate.files import write_json_atomic
 from obliviate.report.page import markdown_body, page
 from obliviate.report.plots import new_figure, png_bytes
 from obliviate.sweep.audits import audit_section
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
+from obliviate.sweep.papers import num as _num
+from obliviate.sweep.papers import papers_section, resampling
 from obliviate.sweep.points import Collection, Point, collect, judged, seeds_of
 
 Log = Callable[[str], None]
@@ -92,11 +91,6 @@ def _interval(iv: Interval) -> str:
         return f"{_fmt(iv.estimate)} (one seed, no per-row values)"
     over = f"{iv.seeds} seed{'s' if iv.seeds != 1 else ''}" + (f" × {iv.rows} rows" if iv.rows else ", no per-row values")
     return f"{_fmt(iv.estimate)} [{_fmt(iv.low)}, {_fmt(iv.high)}] ({over})"
-
-
-def _num(v: float) -> str:
-    """3 decimals, or 2 significant digits below 1e-3 (forget quality is a p-value, often tiny)."""
-    return f"{v:.1e}" if 0 < abs(v) < 1e-3 else f"{v:.3f}"
 
 
 def _spread(values: Sequence[Any], count: bool = True) -> str:
@@ -181,24 +175,6 @@ def curves_plot(front: Mapping[str, list[Point]]) -> Any:
     return fig
 
 
-def resampling(coll: Collection, metrics: Sequence[str], seen: Sequence[tuple[dict, dict]]) -> dict[str, Any]:
-    """bootstrap's keywords for an interval of a score over `metrics` from `seen` (each seed's metrics and rows):
-    the knowledge track recomputes forget_score from its resampled parts; TOFU tracks recompute model utility,
-    forget quality and FE / MU from theirs where the trials kept per-row values of them (eval/aggregates.py),
-    drawing each split's rows on its own (a score of row means alone keeps the default draws, which give one
-    split's rows the same intervals); the interval's row count is that of the parts."""
-    if coll.kind == "knowledge":
-        return {"derive": with_forget_score, "reads": tuple(metrics)}
-    if coll.kind in ("unlearn", "demo"):
-        rowed = {k for _, r in seen for k in r}
-        which = tuple(m for m in metrics if set(PARTS.get(m, ())) & rowed)
-        if not which:  # row means alone: drawn as always (by length), so earlier reports' intervals stay the same
-            return {"reads": tuple(metrics)}
-        return {"derive": functools.partial(with_tofu_aggregates, which=which), "group": row_group, "whole": FQ_ROWS,
-                "reads": parts_of(tuple(metrics))}
-    return {"reads": tuple(metrics)}
-
-
 def forget_interval(coll: Collection, bar: Bar, seeds: Sequence[Point], level: float) -> Interval:
     """bar.forget's bootstrap interval (eval/intervals.py) over `seeds` (one point per seed) and, where trials kept
     them, the rows a verdict reads (`judged`: the held-out ones when the study kept them); see `resampling`."""
@@ -259,13 +235,6 @@ def _plain(again: Mapping[str, Any]) -> dict[str, Any]:
     return {**again, "utility_interval": dataclasses.asdict(again["utility_interval"])}
 
 
-# TOFU's table as the ASU and SAGO papers print it: (metric, heading), the arrow saying which way is better
-PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("forget_quality", "FQ ↑"), ("model_utility", "MU ↑"), ("fe_partial", "FE ↑"), ("mu_partial", "MU (closer look) ↑"),
-    ("forget_rougeL_recall", "forget ROUGE-L ↓"), ("forget_truth_ratio", "forget truth ratio"),
-    ("forget_degenerate_share", "degenerate ↓"))
-
-
 def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests: Sequence[Best],
                     level: float) -> tuple[list[str], dict]:
     """Each best against the bar again on the held-out rows (heldout_bar): the utility over its seeds there with its
@@ -284,64 +253,6 @@ def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests:
         lines.append(f"| {b.method} | {b.point.name} | {_spread(a['utility'])} | {_interval(a['utility_interval'])} | "
                      f"{_spread(a['fluency'])} | {a['passing']} of {a['seeds']} |")
     return lines, {b.method: _plain(again[b.method]) for b in named}
-
-
-def metric_interval(coll: Collection, metric: str, seeds: Sequence[Point], level: float) -> Interval:
-    """One metric's bootstrap interval over `seeds` × the verdict's rows (`resampling`: aggregates recomputed from
-    their resampled parts); NaN when the metric is missing."""
-    def score(m: Mapping[str, Any]) -> float:
-        v = m.get(metric)
-        return math.nan if v is None else float(v)
-
-    seen = [judged(p) for p in seeds]
-    return bootstrap(score, seen, level=level, **resampling(coll, (metric,), seen))
-
-
-def _cell(iv: Interval) -> str:
-    """A papers' table cell: 'est [low, high]', '†' when the interval is over seeds only, '–' when missing."""
-    if math.isnan(iv.estimate):
-        return "–"
-    if not iv.resampled:
-        return _num(iv.estimate)
-    return f"{_num(iv.estimate)} [{_num(iv.low)}, {_num(iv.high)}]" + ("" if iv.rows else " †")
-
-
-def papers_section(coll: Collection, bests: Sequence[Best], level: float = 0.95) -> tuple[list[str], dict[str, Any]]:
-    """TOFU sweeps: each method at its recipe and at its best, in the papers' columns (PAPER_COLUMNS), the mean over
-    the seeds each ran with and its bootstrap interval over seeds × rows, on the verdict's rows (held-out when the
-    study kept them); nothing for other tracks."""
-    if coll.kind not in ("unlearn", "demo") or not any("model_utility" in p.metrics for p in coll.points):
-        return [], {}
-    lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
-             "utility, the closer-look FE and MU (partial when a component's model is missing), forget ROUGE-L, truth "
-             f"ratio and degenerate share, on the verdict's rows: the mean over seeds and its {level:.0%} bootstrap "
-             "interval over seeds × rows (forget quality, model utility, FE and MU recomputed from their resampled "
-             "per-row parts, each split drawn on its own; † over seeds only: those trials kept no per-row values of "
-             "that number's parts).", "",
-             "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
-             "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
-    for name, what, ref in (("θ0", "the original model", coll.original_report or coll.original),
-                            ("retain", "the retain model (never trained on the forget rows)", coll.retain)):
-        if ref:
-            lines.append(f"| {name} | {what} | | " + " | ".join(_spread([ref.get(k)]) for k, _ in PAPER_COLUMNS) + " |")
-    summary: dict[str, Any] = {}
-    recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
-    for b in bests:
-        rows = [("recipe", recipes.get(b.method)), ("best", b.point)]
-        if rows[0][1] is not None and b.point is not None and rows[0][1].name == b.point.name:
-            rows = [("recipe = best", b.point)]
-        for label, point in rows:
-            if point is None:
-                continue
-            seeds = seeds_of(coll, point)
-            values = {k: [judged(q)[0].get(k) for q in seeds] for k, _ in PAPER_COLUMNS}
-            ivs = {k: metric_interval(coll, k, seeds, level) for k, _ in PAPER_COLUMNS}
-            lines.append(f"| {b.method} | {label}: {point.name} | {len(seeds)} | "
-                         + " | ".join(_cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
-            summary.setdefault(b.method, {})[label] = {
-                "trial": point.name, "seeds": len(seeds), "values": values,
-                "intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
-    return lines + [""], summary
 
 
 def build_report(coll: Collection, level: float = 0.95,

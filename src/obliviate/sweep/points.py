@@ -10,7 +10,7 @@ import yaml
 
 from obliviate.errors import ObliviateError
 from obliviate.report.html import load_results
-from obliviate.sweep.storage import STORAGE_FILE, open_storage
+from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS, STORAGE_FILE, open_storage
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Collection:
     sweep: dict[str, Any] | None = None  # the sweep's config (its bar and axes)
     original_report: dict[str, Any] | None = None  # θ0 on the held-out rows (knowledge sweeps)
     retain: dict[str, Any] | None = None  # the retain model on the verdict's rows (TOFU sweeps with eval.retain_model)
+    original_rows: dict[str, list] = field(default_factory=dict)  # θ0's per-row values on the held-out rows
+    retain_rows: dict[str, list] = field(default_factory=dict)  # the retain model's on the verdict's rows
 
 
 def _numbers(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
         storage = open_storage(url)
     prefix = f"{cfg.get('study', 'sweep')}/"
     points, original, kind, original_report, retain = [], {}, "", None, None
+    original_rows: dict[str, list] = {}
+    retain_rows: dict[str, list] = {}
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if not summary.study_name.startswith(prefix):
             continue
@@ -68,6 +72,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
         original_report = original_report or study.user_attrs.get("original_report")
         retain = retain or study.user_attrs.get("retain_report")
         kind = kind or study.user_attrs.get("track", "")
+        original_rows = original_rows or dict(study.user_attrs.get(ORIGINAL_ROWS) or {})
+        retain_rows = retain_rows or dict(study.user_attrs.get(RETAIN_ROWS) or {})
         for t in study.get_trials(deepcopy=False):
             ua = t.user_attrs
             if t.state.name == "FAIL" and ("stale" in ua or "interrupted" in ua or "surplus" in ua):
@@ -80,7 +86,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
                                 dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe")),
                                 ua.get("seconds")))
-    return Collection(points, original, kind, cfg, original_report, retain)
+    return Collection(points, original, kind, cfg, original_report, retain, original_rows, retain_rows)
 
 
 def _result_points(directory: Path) -> Collection:
@@ -114,6 +120,7 @@ def collect(dirs: Sequence[str], storage: Any = None) -> Collection:
         out.kind = out.kind or c.kind
         out.sweep = out.sweep or c.sweep
         out.original_report, out.retain = out.original_report or c.original_report, out.retain or c.retain
+        out.original_rows, out.retain_rows = out.original_rows or c.original_rows, out.retain_rows or c.retain_rows
     return out
 
 

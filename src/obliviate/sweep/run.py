@@ -32,7 +32,7 @@ from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
-from obliviate.sweep.storage import STORAGE_FILE, open_storage
+from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
 from obliviate.sweep.workers import (
     WORKER,
@@ -435,7 +435,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     track.heldout_share = cfg.heldout_share if cfg.heldout_share is not None else \
         (0.5 if track.kind == "knowledge" else None)
     track.heldout_seed = cfg.seed
-    track.need_original = not all("original" in s.user_attrs for s in studies.values())  # exact: θ0 and rows unchanged
+    # exact: θ0 and rows unchanged; studies made before θ0's per-row values were kept evaluate it once more
+    track.need_original = not all(references_done(s, track.heldout_share is not None) for s in studies.values())
     if not track.need_original:
         log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
     track.prepare(log)
@@ -452,7 +453,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if cfg.eval_every_steps is not None:
         track.original_quick = track.quick(track.model, cfg.eval_rows)
     for study in studies.values():
-        if "original" not in study.user_attrs:
+        if not references_done(study, track.heldout_share is not None):
             for key, value in track.references().items():
                 study.set_user_attr(key, value)
     log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")

@@ -9,6 +9,14 @@ from typing import Any
 from obliviate.errors import ConfigError, ObliviateError
 
 STORAGE_FILE = "sweep.db"
+# study attributes beside θ0's and the retain model's metrics on the verdict's rows: their per-row values there
+ORIGINAL_ROWS, RETAIN_ROWS = "original_report_rows", "retain_report_rows"
+
+
+def references_done(study: Any, held_out: bool) -> bool:
+    """Whether a study holds θ0's evaluation and, when the sweep holds rows out (`held_out`), θ0's per-row values on
+    them (studies made before those were kept get them once more)."""
+    return "original" in study.user_attrs and (not held_out or ORIGINAL_ROWS in study.user_attrs)
 
 
 def open_storage(url: str) -> Any:

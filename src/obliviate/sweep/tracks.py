@@ -38,6 +38,7 @@ from obliviate.eval.score import forget_score
 from obliviate.preflight import preflight_unlearn
 from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, Defaults
+from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS
 from obliviate.train.student import load_model, student_copy
 
 Log = Callable[[str], None]
@@ -124,6 +125,7 @@ class Track:
         self.original_quick: dict[str, float | None] = {}
         self.original_report: dict[str, Any] | None = None
         self.retain_report: dict[str, Any] | None = None  # the retain model's metrics on the verdict's rows (TOFU)
+        self.retain_rows: dict[str, list] | None = None  # and its per-row values there
         self.pool: Any = None
         self.heldout_share: float | None = None  # the sweep's heldout_share (knowledge track), set before prepare
         self.heldout_seed = 0
@@ -165,7 +167,10 @@ class Track:
         out = {"original": self.original, "original_quick": json.loads(json.dumps(self.original_quick, default=str))}
         if self.original_report is not None:
             out["original_report"] = self.original_report["metrics"]
-        return out if self.retain_report is None else {**out, "retain_report": self.retain_report}
+            out[ORIGINAL_ROWS] = self.original_report.get("rows") or {}
+        if self.retain_report is not None:
+            out |= {"retain_report": self.retain_report, RETAIN_ROWS: self.retain_rows or {}}
+        return out
 
     def quick(self, model: Any, rows: int) -> dict[str, Any]:
         """The cheap evaluation during training (a declared subset of the metrics on `rows` rows per group)."""
@@ -342,8 +347,9 @@ class TofuTrack(Track):
         if self.need_original:
             self.original, _, self.original_report = self.parts(self.evaluate(self.model))
             if retain_model is not None:  # the papers' reference row: the model that never saw the forget rows
-                metrics, _, report = self.parts(self.evaluate(retain_model))
+                metrics, rows, report = self.parts(self.evaluate(retain_model))
                 self.retain_report = report["metrics"] if report is not None else metrics
+                self.retain_rows = report["rows"] if report is not None else rows
 
     def rows_record(self) -> Any:
         """The training rows, every evaluation split's questions and answers, and the selection / held-out cut."""

@@ -1,0 +1,127 @@
+"""`obliviate compare`'s TOFU table in the ASU and SAGO papers' columns, each cell with its interval.
+
+Each method at its recipe and at its best, on the verdict's rows (the held-out ones when the study kept them): the
+mean over the seeds each ran with and its percentile-bootstrap interval over seeds × rows (eval/intervals.py).
+Forget quality, model utility and the closer-look FE / MU are recomputed from their resampled per-row parts
+(eval/aggregates.py), each split drawn on its own. "MU ÷ θ0" is model utility over θ0's on the same draw of the same
+rows (a paired ratio: the bar's "≥ 0.9 × θ0's utility" asked of the held-out rows with its uncertainty). θ0 and the
+retain model get intervals over their rows when the study kept them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+from obliviate.eval.aggregates import PARTS, paired, parts_of, ratio_to_reference, row_group, with_tofu_aggregates
+from obliviate.eval.intervals import Interval, bootstrap
+from obliviate.eval.score import with_forget_score
+from obliviate.eval.tofu import FQ_ROWS
+from obliviate.sweep.points import Collection, judged, seeds_of
+
+Table = tuple[Mapping[str, Any], Mapping[str, Any]]  # one seed's (metrics, per-row values)
+
+# TOFU's table as the ASU and SAGO papers print it: (metric, heading), the arrow saying which way is better; RATIO is
+# this table's own column, model utility relative to θ0's on the same rows
+RATIO = "model_utility ÷ θ0"
+PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("forget_quality", "FQ ↑"), ("model_utility", "MU ↑"), (RATIO, "MU ÷ θ0 (paired) ↑"), ("fe_partial", "FE ↑"),
+    ("mu_partial", "MU (closer look) ↑"), ("forget_rougeL_recall", "forget ROUGE-L ↓"),
+    ("forget_truth_ratio", "forget truth ratio"), ("forget_degenerate_share", "degenerate ↓"))
+
+
+def num(v: float) -> str:
+    """3 decimals, or 2 significant digits below 1e-3 (forget quality is a p-value, often tiny)."""
+    return f"{v:.1e}" if 0 < abs(v) < 1e-3 else f"{v:.3f}"
+
+
+def resampling(coll: Collection, metrics: Sequence[str], seen: Sequence[Table]) -> dict[str, Any]:
+    """bootstrap's keywords for an interval of a score over `metrics` from `seen` (each seed's metrics and rows):
+    the knowledge track recomputes forget_score from its resampled parts; TOFU tracks recompute model utility,
+    forget quality and FE / MU from theirs when every seed kept per-row values of them (eval/aggregates.py; else
+    their interval is over seeds only),
+    drawing each split's rows on its own (a score of row means alone keeps the default draws, which give one
+    split's rows the same intervals); the interval's row count is that of the parts."""
+    if coll.kind == "knowledge":
+        return {"derive": with_forget_score, "reads": tuple(metrics)}
+    if coll.kind in ("unlearn", "demo"):
+        which = tuple(m for m in metrics if m in PARTS and all(set(PARTS[m]) & set(r) for _, r in seen))
+        if not which:  # row means alone: drawn as always (by length), so earlier reports' intervals stay the same
+            return {"reads": tuple(metrics)}
+        return {"derive": functools.partial(with_tofu_aggregates, which=which), "group": row_group, "whole": FQ_ROWS,
+                "reads": parts_of(tuple(metrics))}
+    return {"reads": tuple(metrics)}
+
+
+def _value(metric: str) -> Callable[[Mapping[str, Any]], float]:
+    def score(m: Mapping[str, Any]) -> float:
+        v = m.get(metric)
+        return math.nan if v is None else float(v)
+
+    return score
+
+
+def metric_interval(coll: Collection, metric: str, seen: Sequence[Table], level: float,
+                    reference: Table | None = None) -> Interval:
+    """One column's bootstrap interval over `seen` (seeds × the verdict's rows; `resampling`); RATIO: model utility
+    over `reference`'s (θ0 on the same rows) in each draw. NaN when the metric (or the reference) is missing."""
+    if metric != RATIO:
+        return bootstrap(_value(metric), seen, level=level, **resampling(coll, (metric,), seen))
+    if reference is None or not reference[0]:
+        return Interval(math.nan, math.nan, math.nan, level, len(seen), 0, False)
+    both = [paired(t, reference) for t in seen]
+    rowed = all(set(PARTS["model_utility"]) & set(r) for _, r in seen)
+    return bootstrap(ratio_to_reference("model_utility"), both, level=level, group=row_group,
+                     reads=PARTS["model_utility"] if rowed else ())
+
+
+def cell(iv: Interval) -> str:
+    """A papers' table cell: 'est [low, high]', '†' when the interval is over seeds only, '–' when missing."""
+    if math.isnan(iv.estimate):
+        return "–"
+    if not iv.resampled:
+        return num(iv.estimate)
+    return f"{num(iv.estimate)} [{num(iv.low)}, {num(iv.high)}]" + ("" if iv.rows else " †")
+
+
+def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) -> tuple[list[str], dict[str, Any]]:
+    """TOFU sweeps: the module's table for θ0, the retain model and each method at its recipe and at its best
+    (compare's Best: .method, .point); (Markdown lines, the JSON summary); nothing for other tracks."""
+    if coll.kind not in ("unlearn", "demo") or not any("model_utility" in p.metrics for p in coll.points):
+        return [], {}
+    lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
+             "utility, model utility over θ0's on the same rows, the closer-look FE and MU (partial when a "
+             "component's model is missing), forget ROUGE-L, truth ratio and degenerate share, on the verdict's "
+             f"rows: the mean over seeds and its {level:.0%} bootstrap interval over seeds × rows (forget quality, "
+             "model utility, FE and MU recomputed from their resampled per-row parts, each split drawn on its own; "
+             "the ratio to θ0 drawn on the same rows for both; † over seeds only: some of those trials kept no "
+             "per-row values of that number's parts).", "",
+             "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
+    theta0: Table = (coll.original_report or coll.original, coll.original_rows)
+    summary: dict[str, Any] = {}
+    for name, what, table in (("θ0", "the original model", theta0),
+                              ("retain", "the retain model (never trained on the forget rows)",
+                               (coll.retain or {}, coll.retain_rows))):
+        if table[0]:
+            ivs = {k: metric_interval(coll, k, [table], level, theta0) for k, _ in PAPER_COLUMNS}
+            lines.append(f"| {name} | {what} | | " + " | ".join(cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
+            summary[name] = {"intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
+    recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
+    for b in bests:
+        rows = [("recipe", recipes.get(b.method)), ("best", b.point)]
+        if rows[0][1] is not None and b.point is not None and rows[0][1].name == b.point.name:
+            rows = [("recipe = best", b.point)]
+        for label, point in rows:
+            if point is None:
+                continue
+            seen = [judged(q) for q in seeds_of(coll, point)]
+            ivs = {k: metric_interval(coll, k, seen, level, theta0) for k, _ in PAPER_COLUMNS}
+            lines.append(f"| {b.method} | {label}: {point.name} | {len(seen)} | "
+                         + " | ".join(cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
+            summary.setdefault(b.method, {})[label] = {
+                "trial": point.name, "seeds": len(seen),
+                "values": {k: [m.get(k) for m, _ in seen] for k, _ in PAPER_COLUMNS if k != RATIO},
+                "intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
+    return lines + [""], summary
