@@ -241,7 +241,7 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert "| retain |" not in build_report(dataclasses.replace(coll, retain=None))[0]
     assert "| NPO | recipe: NPO #0 | 1 | 1.0e-04 | 0.200 | 1.000 | 0.100 | 0.100 | 0.800 | 0.600 | 0.000 |" in text
     # the best (#1, lowest ROUGE-L at matched utility) over its 2 seeds: FQ (0.1, 0.3), ROUGE-L (0.4, 0.2) held out
-    assert ("| NPO | best: NPO #1 | 2 | 0.200 [0.100, 0.300] † | 0.200 [0.200, 0.200] † | 1.000 [1.000, 1.000] † | "
+    assert ("| NPO | best: NPO #1 | 2 | 0.200 [0.100, 0.300] † | 0.200 [0.200, 0.200] † | 1.000 [1.000, 1.000] † ‡ | "
             "0.700 [0.700, 0.700] † | 0.100 [0.100, 0.100] † | 0.300 [0.200, 0.400] † |") in text
     assert "| GA | recipe = best: GA #0 | 1 | 0.500 | 0.200 | 1.000 | 0.500 | 0.100 | 0.500 | 0.600 | 0.000 |" in text
     assert summary["papers"]["NPO"]["best"]["values"]["forget_quality"] == [0.1, 0.3]
@@ -277,6 +277,7 @@ def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows(
     # over θ0 without rows (its utility fixed): the draws' 0.45, 0.511, 0.529 over 0.511
     ratio = summary["papers"]["NPO"]["recipe = best"]["intervals"]["model_utility ÷ θ0"]
     assert (ratio["low"], ratio["high"]) == (pytest.approx(0.45 * 17.6 / 9), pytest.approx(17.6 / 17))
+    assert "| 0.511 [0.450, 0.529] | 1.000 [0.880, 1.035] ‡ |" in text  # ‡: θ0 fixed, not drawn
     # θ0 with the same rows: both drawn on the same rows, the ratio is 1 in every draw (unpaired draws would spread);
     # θ0's own interval is over its rows
     same = dataclasses.replace(coll, original_report=metrics, original_rows=rows)
@@ -284,3 +285,5 @@ def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows(
     ratio = summary["papers"]["NPO"]["recipe = best"]["intervals"]["model_utility ÷ θ0"]
     assert (ratio["estimate"], ratio["low"], ratio["high"]) == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
     assert "| θ0 | the original model | | 1.000 [0.333, 1.000] | 0.511 [0.450, 0.529] | 1.000 [1.000, 1.000] |" in text
+    assert "| NPO | recipe = best: NPO #0 | 1 | 1.000 [0.333, 1.000] | 0.511 [0.450, 0.529] | 1.000 [1.000, 1.000] |" \
+        in text  # paired: no ‡

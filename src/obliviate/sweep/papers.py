@@ -96,7 +96,8 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
              f"rows: the mean over seeds and its {level:.0%} bootstrap interval over seeds × rows (forget quality, "
              "model utility, FE and MU recomputed from their resampled per-row parts, each split drawn on its own; "
              "the ratio to θ0 drawn on the same rows for both; † over seeds only: some of those trials kept no "
-             "per-row values of that number's parts).", "",
+             "per-row values of that number's parts; ‡ θ0's utility fixed, not drawn: the study kept no per-row "
+             "values of θ0, so the ratio's interval is wider than a paired one).", "",
              "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
              "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
     theta0: Table = (coll.original_report or coll.original, coll.original_rows)
@@ -118,8 +119,10 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
                 continue
             seen = [judged(q) for q in seeds_of(coll, point)]
             ivs = {k: metric_interval(coll, k, seen, level, theta0) for k, _ in PAPER_COLUMNS}
+            cells = {k: cell(ivs[k]) + (" ‡" if k == RATIO and ivs[k].resampled and not theta0[1] else "")
+                     for k, _ in PAPER_COLUMNS}
             lines.append(f"| {b.method} | {label}: {point.name} | {len(seen)} | "
-                         + " | ".join(cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
+                         + " | ".join(cells[k] for k, _ in PAPER_COLUMNS) + " |")
             summary.setdefault(b.method, {})[label] = {
                 "trial": point.name, "seeds": len(seen),
                 "values": {k: [m.get(k) for m, _ in seen] for k, _ in PAPER_COLUMNS if k != RATIO},
