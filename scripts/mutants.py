@@ -699,6 +699,11 @@ MUTANTS: list[Mutant] = [
            T_TOFU_HELD),
     Mutant("aggregates: the reference's rows drawn apart from the model's", "eval/aggregates.py",
            "key = key[len(REFERENCE):] if key.startswith(REFERENCE) else key", "key = key", (T_PAPERS_ROWS,)),
+    Mutant("held-out bar: keeps judged on the estimate, not the whole interval", "sweep/compare.py",
+           'return "keeps" if iv.low >= share else', 'return "keeps" if iv.estimate >= share else',
+           ("tests/sweep/test_compare.py::test_the_held_out_bar_says_whether_a_best_keeps_thetas_utility_on_the_same_rows",)),
+    Mutant("intervals: the ratio's reference not derived", "eval/intervals.py",
+           "own, ref = derive(own), derive(ref)", "own = derive(own)", ("tests/eval/test_intervals.py",)),
 ]
 
 

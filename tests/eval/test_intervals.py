@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from obliviate.errors import ConfigError
-from obliviate.eval.intervals import Interval, bootstrap, check_level, tied_groups
+from obliviate.eval.intervals import Interval, bootstrap, check_level, paired, ratio_to_reference, tied_groups
 from obliviate.eval.score import parse_expr
 
 ACC = parse_expr("forget_accuracy")
@@ -109,3 +109,17 @@ def test_the_default_draws_are_those_of_before_groups_existed():
     rows = {"forget_accuracy": [1, 0, 1, 1, 0, 1, 1, 1, 0, 1], "retain_accuracy": [1, 0] * 7}
     iv = bootstrap(ACC, [({}, rows), ({}, {k: v[::-1] for k, v in rows.items()})], draws=20)
     assert (iv.low, iv.high) == pytest.approx((0.6, 0.8525))
+
+
+def test_a_ratio_to_a_reference_on_the_same_rows_is_paired():
+    """The same rows for both sides: a/a is 1 in every draw; against a reference that is 1 on every row the ratio
+    is the model's own mean ([0, 1] → 0.5 with the draws' 0, 0.5, 1); a zero reference gives NaN."""
+    own = ({}, {"acc": [0, 1, 0, 1]})
+    same = bootstrap(ratio_to_reference("acc"), [paired(own, ({}, {"acc": [0, 1, 0, 1]}))])
+    assert (same.estimate, same.low, same.high) == (1.0, 1.0, 1.0)
+    one = bootstrap(ratio_to_reference("acc"), [paired(({}, {"acc": [0, 1]}), ({}, {"acc": [1, 1]}))], draws=4000)
+    assert (one.estimate, one.low, one.high) == (0.5, 0.0, 1.0)
+    assert paired(({"x": 1}, {}), ({"x": 2}, {}))[0] == {"x": 1, "θ0:x": 2}
+    assert math.isnan(ratio_to_reference("acc")({"acc": 0.5, "θ0:acc": 0.0}))
+    doubled = ratio_to_reference("acc", derive=lambda m: {**m, "acc": 2 * m["acc"]} if "acc" in m else m)
+    assert doubled({"acc": 0.5, "θ0:acc": 0.25}) == 2.0  # both sides derived: (2·0.5) / (2·0.25)

@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.tofu import FQ_ROWS, UTILITY_KEYS
+from obliviate.eval.tofu import FQ_ROWS, UTILITY_KEYS, model_utility
 from obliviate.sweep.compare import Collection, Point, best_per_method, build_report, fronts, write_compare
 from obliviate.sweep.defaults import KNOWLEDGE_DEFAULTS, parse_axes, parse_bar
 
@@ -287,3 +288,36 @@ def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows(
     assert "| θ0 | the original model | | 1.000 [0.333, 1.000] | 0.511 [0.450, 0.529] | 1.000 [1.000, 1.000] |" in text
     assert "| NPO | recipe = best: NPO #0 | 1 | 1.000 [0.333, 1.000] | 0.511 [0.450, 0.529] | 1.000 [1.000, 1.000] |" \
         in text  # paired: no ‡
+
+
+def test_the_held_out_bar_says_whether_a_best_keeps_thetas_utility_on_the_same_rows():
+    """Model utility over θ0's in each draw of the same held-out rows. θ0: retain_prob rows [1, 1], the other eight
+    parts 0.5, so its utility is 9/17. Same rows as θ0: ratio 1 in every draw, keeps the bar's 0.9. retain_prob rows
+    [0.05, 1]: draws 0.05, 0.525, 1 give 9/36, 9/17.905, 9/17 over 9/17: [0.472, 1], cannot tell. Every part 0.25:
+    9/36 over 9/17 = 0.472 in every draw, loses."""
+    half = {k: [0.5, 0.5] for k in UTILITY_KEYS}
+    rows0 = half | {"retain_prob": [1.0, 1.0], "forget_rougeL_recall": [1.0, 1.0]}
+
+    def point(method, rows):
+        metrics = {k: float(np.mean(v)) for k, v in rows.items()} | {"forget_degenerate_share": 0.0}
+        metrics["model_utility"] = model_utility(metrics)
+        return Point("src", method, f"{method} #0", "complete", {}, {**metrics, "forget_rougeL_recall": 0.0},
+                     report={"metrics": metrics, "rows": rows})
+
+    same = point("Same", rows0)
+    straddle = point("Straddle", half | {"retain_prob": [0.05, 1.0], "forget_rougeL_recall": [0.0, 1.0]})
+    low = point("Low", {k: [0.25, 0.25] for k in UTILITY_KEYS} | {"forget_rougeL_recall": [0.0, 0.0]})
+    original = {k: float(np.mean(v)) for k, v in rows0.items()} | {"forget_degenerate_share": 0.0}
+    original["model_utility"] = model_utility(original)
+    coll = Collection([same, straddle, low], {**original, "model_utility": 0.0}, "unlearn", original_report=original,
+                      original_rows=rows0)
+    summary = build_report(coll)[1]["heldout_bar"]
+    kept = {m: summary[m]["kept"]["model_utility"] for m in summary}
+    assert (kept["Same"]["interval"]["low"], kept["Same"]["verdict"]) == (pytest.approx(1.0), "keeps")
+    assert kept["Straddle"]["verdict"] == "cannot tell"
+    assert (kept["Straddle"]["interval"]["low"], kept["Straddle"]["interval"]["high"]) == \
+        (pytest.approx(17 / 36), pytest.approx(1.0))
+    assert kept["Low"]["verdict"] == "loses" and kept["Low"]["interval"]["high"] == pytest.approx(17 / 36)
+    assert all(k["paired"] and k["share"] == 0.9 for k in kept.values())
+    text = build_report(dataclasses.replace(coll, original_rows={}))[0]
+    assert "model_utility 1.000 [1.000, 1.000] ‡: keeps (bar 0.9)" in text  # θ0 fixed: not paired, said so

@@ -9,12 +9,12 @@ were kept: no per-row truth ratios for forget quality, no per-row token entropy 
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from obliviate.eval.closer_look import partial_aggregates
+from obliviate.eval.intervals import REFERENCE
 from obliviate.eval.tofu import FQ_ROWS, KINDS, UTILITY_KEYS, UTILITY_SPLITS, forget_quality, model_utility
 
 _CLOSER = ("rougeL_recall", "prob", "truth_ratio", "token_entropy", "cosine_similarity", "entailment_score")
@@ -26,7 +26,6 @@ PARTS: dict[str, tuple[str, ...]] = {
     "fe": tuple(f"forget_{p}" for p in _CLOSER if p != "token_entropy"),
 }
 PARTS |= {"mu_partial": PARTS["mu"], "fe_partial": PARTS["fe"]}
-REFERENCE = "θ0:"  # the prefix of a reference model's numbers in a paired table (`paired`)
 
 
 def row_group(key: str, n: int) -> str:
@@ -67,23 +66,3 @@ def with_tofu_aggregates(metrics: Mapping[str, Any], which: Iterable[str] = tupl
         out |= {k: agg[k] for k in ("fe", "mu", "fe_partial", "mu_partial")}
     return out
 
-
-def paired(own: tuple[Mapping[str, Any], Mapping[str, Any]], reference: tuple[Mapping[str, Any], Mapping[str, Any]]
-           ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One seed's (metrics, rows) with a reference model's on the same rows beside them (REFERENCE-prefixed), so that
-    a bootstrap grouped by `row_group` draws the same rows of both (a paired comparison)."""
-    return ({**own[0], **{REFERENCE + k: v for k, v in reference[0].items()}},
-            {**own[1], **{REFERENCE + k: v for k, v in reference[1].items()}})
-
-
-def ratio_to_reference(metric: str) -> Callable[[Mapping[str, Any]], float]:
-    """A score of a `paired` table: `metric` over the reference's, each recomputed from its (drawn) parts; NaN when
-    either is missing or the reference's is 0. E.g. model utility relative to θ0's on the same rows."""
-    def score(m: Mapping[str, Any]) -> float:
-        own = with_tofu_aggregates({k: v for k, v in m.items() if not k.startswith(REFERENCE)}, which=(metric,))
-        ref = with_tofu_aggregates({k[len(REFERENCE):]: v for k, v in m.items() if k.startswith(REFERENCE)},
-                                   which=(metric,))
-        a, b = own.get(metric), ref.get(metric)
-        return math.nan if a is None or not b else float(a) / float(b)
-
-    return score

@@ -17,6 +17,7 @@ group are reported as tied, never ranked among themselves.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
@@ -26,6 +27,7 @@ from obliviate.errors import ConfigError
 
 Score = Callable[[Mapping[str, Any]], float]
 Group = Callable[[str, int], Hashable]
+REFERENCE = "θ0:"  # the prefix of a reference model's numbers in a paired table (`paired`)
 
 
 def by_length(key: str, n: int) -> int:
@@ -134,6 +136,29 @@ def bootstrap(score: Score, seeds: Sequence[tuple[Mapping[str, Any], Mapping[str
         out[d] = np.mean(vals)
     low, high = np.nanquantile(out, [(1 - level) / 2, (1 + level) / 2])
     return Interval(estimate, float(low), float(high), level, len(tables), n_rows, True)
+
+
+def paired(own: tuple[Mapping[str, Any], Mapping[str, Any]], reference: tuple[Mapping[str, Any], Mapping[str, Any]]
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One seed's (metrics, rows) with a reference model's on the same rows beside them (REFERENCE-prefixed), so that
+    a bootstrap draws the same rows of both, a paired comparison (the default groups pair rows of equal length; a
+    `group` must put a REFERENCE-prefixed metric with its own)."""
+    return ({**own[0], **{REFERENCE + k: v for k, v in reference[0].items()}},
+            {**own[1], **{REFERENCE + k: v for k, v in reference[1].items()}})
+
+
+def ratio_to_reference(metric: str, derive: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Score:
+    """A score of a `paired` table: `metric` over the reference's, each side through `derive` first (which recomputes
+    it from its drawn parts); NaN when either is missing or the reference's is 0."""
+    def score(m: Mapping[str, Any]) -> float:
+        own = {k: v for k, v in m.items() if not k.startswith(REFERENCE)}
+        ref = {k[len(REFERENCE):]: v for k, v in m.items() if k.startswith(REFERENCE)}
+        if derive is not None:
+            own, ref = derive(own), derive(ref)
+        a, b = own.get(metric), ref.get(metric)
+        return math.nan if a is None or not b else float(a) / float(b)
+
+    return score
 
 
 def tied_groups(intervals: Mapping[str, Interval], lower_is_better: bool = True) -> list[list[str]]:

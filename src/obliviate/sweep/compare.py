@@ -28,7 +28,7 @@ from obliviate.report.plots import new_figure, png_bytes
 from obliviate.sweep.audits import audit_section
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, parse_axes, parse_bar
 from obliviate.sweep.papers import num as _num
-from obliviate.sweep.papers import papers_section, resampling
+from obliviate.sweep.papers import papers_section, resampling, share_of_original
 from obliviate.sweep.points import Collection, Point, collect, judged, seeds_of
 
 Log = Callable[[str], None]
@@ -224,15 +224,34 @@ def heldout_bar(coll: Collection, bar: Bar, axes: Mapping[str, Expr], seeds: Seq
     reference = coll.original_report or coll.original
     seen = [judged(p) for p in seeds]
     mets = [m for m, _ in seen]
+    kept = {k: share_of_original(coll, k, seen, level) for k in bar.keep}
     return {"utility": [axes["utility"](m) for m in mets], "fluency": [axes["fluency"](m) for m in mets],
             "passing": sum(bar.passes(m, reference) for m in mets), "seeds": len(mets),
             "utility_interval": bootstrap(axes["utility"], seen, level=level,
-                                          **resampling(coll, axes["utility"].rests_on, seen))}
+                                          **resampling(coll, axes["utility"].rests_on, seen)),
+            "kept": {k: {"interval": iv, "share": bar.keep[k], "verdict": kept_verdict(iv, bar.keep[k]),
+                         "paired": bool(coll.original_rows)} for k, iv in kept.items()}}
+
+
+def kept_verdict(iv: Interval, share: float) -> str:
+    """Whether a metric's share of θ0's (its interval) keeps the bar's `share`: 'keeps' when the whole interval is at
+    or above it, 'loses' when the whole interval is below, else 'cannot tell'; 'n/a' without a value."""
+    if math.isnan(iv.estimate):
+        return "n/a"
+    return "keeps" if iv.low >= share else "loses" if iv.high < share else "cannot tell"
 
 
 def _plain(again: Mapping[str, Any]) -> dict[str, Any]:
-    """heldout_bar's result for compare.json (the interval as a dict)."""
-    return {**again, "utility_interval": dataclasses.asdict(again["utility_interval"])}
+    """heldout_bar's result for compare.json (the intervals as dicts)."""
+    return {**again, "utility_interval": dataclasses.asdict(again["utility_interval"]),
+            "kept": {k: {**v, "interval": dataclasses.asdict(v["interval"])} for k, v in again["kept"].items()}}
+
+
+def _kept(again: Mapping[str, Any]) -> str:
+    """The held-out table's cell: each kept metric's share of θ0's with its interval and verdict."""
+    return "; ".join(f"{k} {_fmt(v['interval'].estimate)} [{_fmt(v['interval'].low)}, {_fmt(v['interval'].high)}]"
+                     f"{'' if v['paired'] else ' ‡'}: {v['verdict']} (bar {v['share']:g})"
+                     for k, v in again["kept"].items()) or "–"
 
 
 def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests: Sequence[Best],
@@ -245,13 +264,17 @@ def heldout_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr], bests:
     if not named:
         return [], {}
     lines = ["", "The same bar on the held-out rows (θ0 on those rows as the reference): a best selected on one part "
-             "of the rows may not keep its utility on the other.", "",
+             "of the rows may not keep its utility on the other. The share of θ0's is each kept metric over θ0's in "
+             f"the same bootstrap draw of the same rows, with its {level:.0%} interval: it keeps the bar when the "
+             "whole interval is at or above the bar's share, loses it when the whole interval is below (‡: θ0's "
+             "value fixed, not drawn: the study kept no per-row values of θ0).", "",
              f"| method | trial | {axes['utility'].text} over seeds | {level:.0%} interval (rows × seeds) | "
-             f"{axes['fluency'].text} over seeds | seeds passing the bar |", "|---|---|---|---|---|---|"]
+             f"{axes['fluency'].text} over seeds | seeds passing the bar | share of θ0's on the same rows |",
+             "|---|---|---|---|---|---|---|"]
     for b in named:
         a = again[b.method]
         lines.append(f"| {b.method} | {b.point.name} | {_spread(a['utility'])} | {_interval(a['utility_interval'])} | "
-                     f"{_spread(a['fluency'])} | {a['passing']} of {a['seeds']} |")
+                     f"{_spread(a['fluency'])} | {a['passing']} of {a['seeds']} | {_kept(a)} |")
     return lines, {b.method: _plain(again[b.method]) for b in named}
 
 

@@ -14,8 +14,8 @@ import functools
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from obliviate.eval.aggregates import PARTS, paired, parts_of, ratio_to_reference, row_group, with_tofu_aggregates
-from obliviate.eval.intervals import Interval, bootstrap
+from obliviate.eval.aggregates import PARTS, parts_of, row_group, with_tofu_aggregates
+from obliviate.eval.intervals import Interval, bootstrap, paired, ratio_to_reference
 from obliviate.eval.score import with_forget_score
 from obliviate.eval.tofu import FQ_ROWS
 from obliviate.sweep.points import Collection, judged, seeds_of
@@ -62,18 +62,26 @@ def _value(metric: str) -> Callable[[Mapping[str, Any]], float]:
     return score
 
 
-def metric_interval(coll: Collection, metric: str, seen: Sequence[Table], level: float,
-                    reference: Table | None = None) -> Interval:
-    """One column's bootstrap interval over `seen` (seeds × the verdict's rows; `resampling`); RATIO: model utility
-    over `reference`'s (θ0 on the same rows) in each draw. NaN when the metric (or the reference) is missing."""
-    if metric != RATIO:
-        return bootstrap(_value(metric), seen, level=level, **resampling(coll, (metric,), seen))
-    if reference is None or not reference[0]:
+def share_of_original(coll: Collection, metric: str, seen: Sequence[Table], level: float) -> Interval:
+    """`metric` over θ0's in each draw of `seen` (seeds × the verdict's rows), θ0's drawn on the same rows when the
+    study kept them (a paired ratio: the bar's "keeps >= 0.9x the original's" with its uncertainty), else fixed; the
+    same recomputation from parts as `resampling`. NaN when θ0 has no value of `metric`."""
+    reference: Table = (coll.original_report or coll.original, coll.original_rows)
+    if reference[0].get(metric) is None:
         return Interval(math.nan, math.nan, math.nan, level, len(seen), 0, False)
-    both = [paired(t, reference) for t in seen]
-    rowed = all(set(PARTS["model_utility"]) & set(r) for _, r in seen)
-    return bootstrap(ratio_to_reference("model_utility"), both, level=level, group=row_group,
-                     reads=PARTS["model_utility"] if rowed else ())
+    kw = resampling(coll, (metric,), seen)
+    score = ratio_to_reference(metric, kw.pop("derive", None))
+    if "group" not in kw and coll.kind in ("unlearn", "demo"):
+        kw["group"] = row_group  # each split on its own, θ0's rows with the model's
+    return bootstrap(score, [paired(t, reference) for t in seen], level=level, **kw)
+
+
+def metric_interval(coll: Collection, metric: str, seen: Sequence[Table], level: float) -> Interval:
+    """One column's bootstrap interval over `seen` (seeds × the verdict's rows; `resampling`); RATIO: model utility
+    over θ0's (`share_of_original`). NaN when the metric is missing."""
+    if metric == RATIO:
+        return share_of_original(coll, "model_utility", seen, level)
+    return bootstrap(_value(metric), seen, level=level, **resampling(coll, (metric,), seen))
 
 
 def cell(iv: Interval) -> str:
@@ -106,7 +114,7 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
                               ("retain", "the retain model (never trained on the forget rows)",
                                (coll.retain or {}, coll.retain_rows))):
         if table[0]:
-            ivs = {k: metric_interval(coll, k, [table], level, theta0) for k, _ in PAPER_COLUMNS}
+            ivs = {k: metric_interval(coll, k, [table], level) for k, _ in PAPER_COLUMNS}
             lines.append(f"| {name} | {what} | | " + " | ".join(cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
             summary[name] = {"intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
     recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
@@ -118,7 +126,7 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
             if point is None:
                 continue
             seen = [judged(q) for q in seeds_of(coll, point)]
-            ivs = {k: metric_interval(coll, k, seen, level, theta0) for k, _ in PAPER_COLUMNS}
+            ivs = {k: metric_interval(coll, k, seen, level) for k, _ in PAPER_COLUMNS}
             cells = {k: cell(ivs[k]) + (" ‡" if k == RATIO and ivs[k].resampled and not theta0[1] else "")
                      for k, _ in PAPER_COLUMNS}
             lines.append(f"| {b.method} | {label}: {point.name} | {len(seen)} | "
