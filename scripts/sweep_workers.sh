@@ -2,7 +2,8 @@
 # Several sweep workers on one machine (e.g. sharing one GPU), all stopped at a deadline, then the report.
 #   bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS SECONDS [key=value ...]
 # e.g. bash scripts/sweep_workers.sh configs/sweep/smollm2_tofu20.yaml tofu20-sweep 9 3600 trials=1
-# Workers share OUTPUT_DIR/sweep.db; a trial cut by the deadline is done again by the next run of the same command
+# Workers share OUTPUT_DIR/sweep.db; at the deadline each worker is interrupted (SIGINT: its trial is marked so, then
+# killed 2 minutes later if still running), and a trial cut so is done again by the next run of the same command
 # (a recipe as the recipe). Each worker's log: OUTPUT_DIR-logs/wN.log. Needs obliviate importable (python -m).
 set -uo pipefail
 if [ $# -lt 4 ]; then
@@ -14,13 +15,13 @@ case "$workers$seconds" in *[!0-9]*) echo "WORKERS and SECONDS must be whole num
 deadline=$(( $(date +%s) + seconds )); logs="$out-logs"; mkdir -p "$logs"
 cmd=(python3 -m obliviate sweep --config "$config" "output_dir=$out" "$@")
 # the first worker prepares the study (θ0's evaluation); the others join once it has, and reuse it
-OMP_NUM_THREADS=1 timeout $(( deadline - $(date +%s) )) "${cmd[@]}" > "$logs/w1.log" 2>&1 &
+OMP_NUM_THREADS=1 timeout -s INT -k 120 $(( deadline - $(date +%s) )) "${cmd[@]}" > "$logs/w1.log" 2>&1 &
 first=$!
 until grep -q "prepared the" "$logs/w1.log" 2>/dev/null || ! kill -0 $first 2>/dev/null \
       || [ "$(date +%s)" -ge "$deadline" ]; do sleep 3; done
 for i in $(seq 2 "$workers"); do
   left=$(( deadline - $(date +%s) )); [ $left -gt 0 ] || break
-  OMP_NUM_THREADS=1 timeout $left "${cmd[@]}" > "$logs/w$i.log" 2>&1 &
+  OMP_NUM_THREADS=1 timeout -s INT -k 120 $left "${cmd[@]}" > "$logs/w$i.log" 2>&1 &
   sleep 1
 done
 wait
