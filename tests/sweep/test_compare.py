@@ -210,12 +210,12 @@ def test_the_cli_refuses_a_bad_level(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None, seconds=None):
+def _tofu(method, n, fq, mu, rouge, report=None, recipe=False, repeat_of=None, seconds=None, cpu_seconds=None):
     metrics = {"forget_quality": fq, "model_utility": mu, "fe_partial": 1 - rouge, "mu_partial": mu / 2,
                "forget_rougeL_recall": rouge, "forget_truth_ratio": 0.6, "forget_degenerate_share": 0.0}
     held = None if report is None else {"metrics": {**metrics, **report}, "rows": {}}
     return Point("src", method, f"{method} #{n}", "complete", {"train.lr": 1e-4 * (n + 1)}, metrics,
-                 repeat_of=repeat_of, report=held, recipe=recipe, seconds=seconds)
+                 repeat_of=repeat_of, report=held, recipe=recipe, seconds=seconds, cpu_seconds=cpu_seconds)
 
 
 def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_held_out_rows():
@@ -224,8 +224,9 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     scientific notation."""
     points = [
         _tofu("NPO", 0, 0.5, 0.2, 0.9, report={"forget_quality": 1e-4, "forget_rougeL_recall": 0.8}, recipe=True,
-              seconds=600),
-        _tofu("NPO", 1, 0.5, 0.2, 0.3, report={"forget_quality": 0.1, "forget_rougeL_recall": 0.4}, seconds=1800),
+              seconds=600, cpu_seconds=500),
+        _tofu("NPO", 1, 0.5, 0.2, 0.3, report={"forget_quality": 0.1, "forget_rougeL_recall": 0.4}, seconds=1800,
+              cpu_seconds=900),
         _tofu("NPO", 2, 0.5, 0.2, 0.3, report={"forget_quality": 0.3, "forget_rougeL_recall": 0.2}, repeat_of="NPO #1",
               seconds=2700),
         _tofu("GA", 0, 0.5, 0.2, 0.5, recipe=True),  # no held-out report: selection's values; recipe = best
@@ -249,9 +250,10 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert "## In the papers' columns" not in build_report(_coll())[0]  # a knowledge sweep has no TOFU columns
     # wall time: NPO's three trials (10, 30, 45 minutes): median 30.0 (the mean would be 28.3), 1.42 h; GA's trial has
     # no time recorded
-    assert "| NPO | 3 | 0 | 0 | 30.0 | 1.42 |" in text and "| GA | 1 | 0 | 0 | – | 0.00 |" in text
+    # CPU time: two of NPO's trials recorded it (500 s, 900 s): median 700 s = 11.7 minutes
+    assert "| NPO | 3 | 0 | 0 | 30.0 | 1.42 | 11.7 |" in text and "| GA | 1 | 0 | 0 | – | 0.00 | – |" in text
     assert "Finished trials took 1.42 hours of wall time in all" in text
-    assert summary["timing"]["NPO"] == {"median_s": 1800, "total_s": 5100, "n": 3}
+    assert summary["timing"]["NPO"] == {"median_s": 1800, "total_s": 5100, "n": 3, "cpu_median_s": 700, "cpu_n": 2}
 
 
 def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows():

@@ -311,6 +311,11 @@ def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_bas
     study, trials = _trials(out, "npo+nll")
     report = trials[0].user_attrs["report"]["metrics"]
     assert report["forget_quality"] is not None and study.user_attrs["original_report"]["forget_quality"] == 1.0
+    # the trial's CPU time beside its wall time: positive, and at most every thread busy the whole time
+    import torch
+
+    wall, cpu = trials[0].user_attrs["seconds"], trials[0].user_attrs["cpu_seconds"]
+    assert 0 < cpu <= wall * (torch.get_num_threads() + 1)
     # each part keeps its own per-row values (compare's intervals over rows): their means are that part's metrics
     for metrics, rows in ((trials[0].user_attrs["metrics"], trials[0].user_attrs["rows"]),
                           (report, trials[0].user_attrs["report"]["rows"])):

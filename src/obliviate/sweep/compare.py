@@ -294,17 +294,23 @@ def build_report(coll: Collection, level: float = 0.95,
         lines += [f"θ0 (the original model): forget {_fmt(axes['forget'](coll.original))}, utility "
                   f"{_fmt(axes['utility'](coll.original))}, fluency {_fmt(axes['fluency'](coll.original))}.", ""]
     lines += ["## Trials", "", "| method | complete | pruned | failed | minutes per finished trial (median) | "
-              "hours in all |", "|---|---|---|---|---|---|"]
+              "hours in all | CPU minutes per finished trial (median) |", "|---|---|---|---|---|---|---|"]
     timing: dict[str, Any] = {}
     for m in methods:
         states = [p.state for p in coll.points if p.method == m]
-        secs = [p.seconds for p in coll.points if p.method == m and p.state == "complete" and p.seconds is not None]
-        timing[m] = {"median_s": statistics.median(secs) if secs else None, "total_s": sum(secs), "n": len(secs)}
+        done = [p for p in coll.points if p.method == m and p.state == "complete"]
+        secs = [p.seconds for p in done if p.seconds is not None]
+        cpu = [p.cpu_seconds for p in done if p.cpu_seconds is not None]
+        timing[m] = {"median_s": statistics.median(secs) if secs else None, "total_s": sum(secs), "n": len(secs),
+                     "cpu_median_s": statistics.median(cpu) if cpu else None, "cpu_n": len(cpu)}
         lines.append(f"| {m} | {states.count('complete')} | {states.count('pruned')} | {states.count('fail')} | "
-                     f"{_fmt(timing[m]['median_s'] / 60, 1) if secs else '–'} | {_fmt(sum(secs) / 3600, 2)} |")
+                     f"{_fmt(timing[m]['median_s'] / 60, 1) if secs else '–'} | {_fmt(sum(secs) / 3600, 2)} | "
+                     f"{_fmt(timing[m]['cpu_median_s'] / 60, 1) if cpu else '–'} |")
     total = sum(t["total_s"] for t in timing.values())
     lines += ["", f"Finished trials took {_fmt(total / 3600, 2)} hours of wall time in all (each trial's training and "
-              "evaluation, summed over workers; a worker's start and its trials cut short are not counted)."]
+              "evaluation, summed over workers; a worker's start and its trials cut short are not counted). CPU "
+              "minutes: the worker process's CPU time over the same span, all its threads; unlike wall time it does "
+              "not count a paused or waiting worker (on a GPU it is the host's share only)."]
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
     paper_lines, papers = papers_section(coll, bests, level)

@@ -30,6 +30,7 @@ class Point:
     report: dict[str, Any] | None = None  # {metrics, rows} on held-out rows selection never read (eval/heldout.py)
     recipe: bool = False  # the method's recipe, its study's first trial (sweep start_at_recipe)
     seconds: float | None = None  # a trial's wall time: training and evaluation (None: a run, or a trial cut short)
+    cpu_seconds: float | None = None  # its worker process's CPU time over the trial, every thread (None: not recorded)
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
                                 dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe")),
-                                ua.get("seconds")))
+                                ua.get("seconds"), ua.get("cpu_seconds")))
     return Collection(points, original, kind, cfg, original_report, retain, original_rows, retain_rows)
 
 

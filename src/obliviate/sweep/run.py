@@ -308,7 +308,7 @@ def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) ->
     trial.set_user_attr("heartbeat", time.time())
     trial.set_user_attr("params", json.loads(json.dumps(params)))
     label = f"[{method} #{trial.number}{' repeat' if 'repeat_of' in trial.user_attrs else ''}] {_describe(params)}"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()  # wall time, and this process's CPU time (paused: not counted)
     try:
         with Heartbeat(study, trial._trial_id, min(30.0, cfg.stale_after_s / 4)):
             method_cfg, train_cfg = trial_settings(plan.methods[method], plan.trains[method], params,
@@ -342,6 +342,7 @@ def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) ->
         trial.set_user_attr("report", res.report)
     trial.set_user_attr("curve", res.curve)
     trial.set_user_attr("seconds", res.seconds)
+    trial.set_user_attr("cpu_seconds", time.process_time() - c0)
     trial.set_user_attr("steps", res.steps)
     if res.best_step is not None:
         trial.set_user_attr("best_step", res.best_step)
