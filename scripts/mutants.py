@@ -704,6 +704,9 @@ MUTANTS: list[Mutant] = [
            ("tests/sweep/test_compare.py::test_the_held_out_bar_says_whether_a_best_keeps_thetas_utility_on_the_same_rows",)),
     Mutant("intervals: the ratio's reference not derived", "eval/intervals.py",
            "own, ref = derive(own), derive(ref)", "own = derive(own)", ("tests/eval/test_intervals.py",)),
+    Mutant("sweep: a trial's CPU time recorded as its wall time", "sweep/run.py",
+           'trial.set_user_attr("cpu_seconds", time.process_time() - c0)', 'trial.set_user_attr("cpu_seconds", res.seconds)',
+           T_TOFU_HELD),
 ]
 
 
