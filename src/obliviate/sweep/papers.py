@@ -21,6 +21,7 @@ from obliviate.eval.tofu import FQ_ROWS
 from obliviate.sweep.points import Collection, judged, seeds_of
 
 Table = tuple[Mapping[str, Any], Mapping[str, Any]]  # one seed's (metrics, per-row values)
+TOFU_KINDS = ("unlearn", "demo")  # the tracks whose evaluations are TOFU's
 
 # TOFU's table as the ASU and SAGO papers print it: (metric, heading), the arrow saying which way is better; RATIO is
 # this table's own column, model utility relative to θ0's on the same rows
@@ -40,12 +41,11 @@ def resampling(coll: Collection, metrics: Sequence[str], seen: Sequence[Table]) 
     """bootstrap's keywords for an interval of a score over `metrics` from `seen` (each seed's metrics and rows):
     the knowledge track recomputes forget_score from its resampled parts; TOFU tracks recompute model utility,
     forget quality and FE / MU from theirs when every seed kept per-row values of them (eval/aggregates.py; else
-    their interval is over seeds only),
-    drawing each split's rows on its own (a score of row means alone keeps the default draws, which give one
-    split's rows the same intervals); the interval's row count is that of the parts."""
+    their interval is over seeds only), drawing each split's rows on its own (a score of row means alone keeps the
+    default draws, which give one split's rows the same intervals); the interval's row count is that of the parts."""
     if coll.kind == "knowledge":
         return {"derive": with_forget_score, "reads": tuple(metrics)}
-    if coll.kind in ("unlearn", "demo"):
+    if coll.kind in TOFU_KINDS:
         which = tuple(m for m in metrics if m in PARTS and all(set(PARTS[m]) & set(r) for _, r in seen))
         if not which:  # row means alone: drawn as always (by length), so earlier reports' intervals stay the same
             return {"reads": tuple(metrics)}
@@ -71,7 +71,7 @@ def share_of_original(coll: Collection, metric: str, seen: Sequence[Table], leve
         return Interval(math.nan, math.nan, math.nan, level, len(seen), 0, False)
     kw = resampling(coll, (metric,), seen)
     score = ratio_to_reference(metric, kw.pop("derive", None))
-    if "group" not in kw and coll.kind in ("unlearn", "demo"):
+    if "group" not in kw and coll.kind in TOFU_KINDS:
         kw["group"] = row_group  # each split on its own, θ0's rows with the model's
     return bootstrap(score, [paired(t, reference) for t in seen], level=level, **kw)
 
@@ -96,7 +96,7 @@ def cell(iv: Interval) -> str:
 def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) -> tuple[list[str], dict[str, Any]]:
     """TOFU sweeps: the module's table for θ0, the retain model and each method at its recipe and at its best
     (compare's Best: .method, .point); (Markdown lines, the JSON summary); nothing for other tracks."""
-    if coll.kind not in ("unlearn", "demo") or not any("model_utility" in p.metrics for p in coll.points):
+    if coll.kind not in TOFU_KINDS or not any("model_utility" in p.metrics for p in coll.points):
         return [], {}
     lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
              "utility, model utility over θ0's on the same rows, the closer-look FE and MU (partial when a "
