@@ -707,6 +707,18 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep: a trial's CPU time recorded as its wall time", "sweep/run.py",
            'trial.set_user_attr("cpu_seconds", time.process_time() - c0)', 'trial.set_user_attr("cpu_seconds", res.seconds)',
            T_TOFU_HELD),
+    Mutant("cache pool: a cache taken is not marked recently used", "modeling/cache.py",
+           "            return None\n        self.move_to_end(key)\n", "            return None\n", ("tests/train/test_cached.py",)),
+    Mutant("cache pool: the newest cache counted against the memory bound", "modeling/cache.py",
+           "self.stored_bytes(skip=key) > self.max_gb * 1e9", "self.stored_bytes() > self.max_gb * 1e9",
+           ("tests/train/test_cached.py",)),
+    Mutant("cache pool: spilled entries counted as memory", "modeling/cache.py",
+           "for entry in store.values() if not isinstance(entry, Path) for t in entry)",
+           "for entry in store.values() for t in (entry if not isinstance(entry, Path) else [torch.zeros(100)]))",
+           ("tests/train/test_cached.py",)),
+    Mutant("cache pool: a sweep's runs never reuse a cache", "train/unlearn.py",
+           "            if kept is not None:\n                side.caches[role] = kept", "            if False:\n                side.caches[role] = kept",
+           ("tests/train/test_cached.py",)),
 ]
 
 

@@ -1,5 +1,6 @@
 """The θ0 cache (method.cache): cached runs equal live runs; top-k with k = V equals exact; the limit."""
 import copy
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -184,8 +185,37 @@ def test_a_cache_pool_serves_the_next_run_on_the_same_rows_and_equals_a_live_run
     assert len(pool) == 3  # a new teacher cache; the reference cache is shared
 
 
-def test_a_cache_pool_keeps_at_most_its_limit_oldest_out():
+def test_a_cache_pool_keeps_at_most_its_limit_least_recently_used_out():
     pool = cache_mod.CachePool(max_entries=2)
     for k in "abc":
         pool[k] = k
     assert list(pool) == ["b", "c"]
+    assert pool.take("b") == "b" and pool.take("z") is None
+    pool["d"] = "d"
+    assert list(pool) == ["b", "d"]  # c was used last before b: it leaves
+
+
+def _filled(n_floats: int, spilled: bool = False) -> cache_mod.RoleCache:
+    budget = cache_mod.CacheBudget("exact", 1.0, 8, False)
+    cache = cache_mod.RoleCache("asu teacher", "exact", n_floats, budget)
+    cache.store[0] = Path("spilled.pt") if spilled else (torch.zeros(n_floats // 2), torch.zeros(n_floats - n_floats // 2))
+    return cache
+
+
+def test_a_cache_pool_keeps_what_earlier_runs_filled_under_its_memory_bound():
+    """4 B a float: 3 filled caches of 100 floats are 1,200 B; under a 1,000 B bound the oldest leaves when a fourth
+    cache (still empty: it fills during its run) comes, and spilled entries count nothing."""
+    assert cache_mod.cache_bytes(_filled(100)) == 400 and cache_mod.cache_bytes(_filled(100, spilled=True)) == 0
+    pool = cache_mod.CachePool(max_entries=8, max_gb=1000 / 1e9)
+    for k in "abc":
+        pool[k] = _filled(100)
+    assert list(pool) == ["a", "b", "c"] and pool.stored_bytes() == 1200  # checked when an entry comes, not after
+    pool.take("a")
+    pool["d"] = cache_mod.RoleCache("kl reference", "exact", 0, cache_mod.CacheBudget("exact", 1.0, 8, False))
+    assert list(pool) == ["c", "a", "d"]  # b, the least recently used, left: 800 B ≤ 1,000 B
+    pool["e"] = _filled(100, spilled=True)
+    assert list(pool) == ["c", "a", "d", "e"]
+    pool["f"] = _filled(1000)
+    assert list(pool) == ["c", "a", "d", "e", "f"]  # the newest is never counted against the bound
+    pool["g"] = _filled(1)
+    assert list(pool) == ["g"]  # f alone holds 4,000 B: every cache before g leaves

@@ -32,6 +32,7 @@ live once); the memory estimate counts every example of the side (an upper bound
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,15 +267,35 @@ def complete_topk(top: TopK, student_log_probs: Tensor) -> TokenStats:
     return TokenStats(logits=lp, token_logp=s.token_logp, mask=s.mask, targets=s.targets, _log_probs=lp, packed=s.packed)
 
 
-class CachePool(dict):
-    """RoleCaches kept across runs on the same θ0 (a sweep's trials), at most `max_entries`: the oldest leave
-    first, so a sweep over many teacher temperatures holds a bounded number of teacher caches."""
+class CachePool(OrderedDict):
+    """RoleCaches kept across runs on the same θ0 (a sweep's trials): at most `max_entries`, and the entries earlier
+    runs filled at most `max_gb` of memory together (spilled entries count nothing). The least recently used leave
+    first, so a sweep over many teacher temperatures holds a bounded number of teacher caches, and a large reference
+    cache that every trial reads stays."""
 
-    def __init__(self, max_entries: int = 8) -> None:
+    def __init__(self, max_entries: int = 8, max_gb: float = 4.0) -> None:
         super().__init__()
-        self.max_entries = max_entries
+        self.max_entries, self.max_gb = max_entries, max_gb
+
+    def take(self, key: Any) -> RoleCache | None:
+        """The cache under `key` (now the most recently used), or None."""
+        if key not in self:
+            return None
+        self.move_to_end(key)
+        return self[key]
 
     def __setitem__(self, key: Any, value: RoleCache) -> None:
         super().__setitem__(key, value)
-        while len(self) > self.max_entries:
-            del self[next(iter(self))]
+        self.move_to_end(key)
+        while len(self) > self.max_entries or (len(self) > 1 and self.stored_bytes(skip=key) > self.max_gb * 1e9):
+            self.popitem(last=False)
+
+    def stored_bytes(self, skip: Any = None) -> int:
+        """Bytes of the entries held in memory by every cache but `skip`'s."""
+        return sum(cache_bytes(c) for k, c in self.items() if k != skip)
+
+
+def cache_bytes(cache: Any) -> int:
+    """Bytes of a RoleCache's in-memory entries (0 for spilled entries and for anything that is not a RoleCache)."""
+    store = getattr(cache, "store", {})
+    return sum(t.nbytes for entry in store.values() if not isinstance(entry, Path) for t in entry)

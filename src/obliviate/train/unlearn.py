@@ -17,7 +17,7 @@ from obliviate.data.text import chunk_texts, stream_windows
 from obliviate.data.tokenize import Encoded, collate, encode_qa, pad_id
 from obliviate.errors import ConfigError
 from obliviate.gradients import RuleState
-from obliviate.modeling.cache import CacheBudget, RoleCache, TopK, complete_topk
+from obliviate.modeling.cache import CacheBudget, CachePool, RoleCache, TopK, complete_topk
 from obliviate.modeling.frozen import FrozenModels, has_adapters
 from obliviate.modeling.logprobs import (
     IGNORE_INDEX,
@@ -294,8 +294,9 @@ def add_caches(budget: CacheBudget, *sides: Side | None, pool: dict | None = Non
             enc = side.refusal_enc.fingerprint_rows() if role == "refusal_reference" else side.enc
             key = (n, role, side.spec.name, teacher if role == "teacher" else "", budget.mode, budget.topk,
                    budget.bf16, budget.chunked, hash(tuple(tuple(e.input_ids) for e in enc)))  # type: ignore[union-attr]
-            if pool is not None and key in pool:
-                side.caches[role] = pool[key]
+            kept = pool.take(key) if isinstance(pool, CachePool) else (pool or {}).get(key)
+            if kept is not None:
+                side.caches[role] = kept
                 continue
             counted = enc if rows is None else [enc[i] for i in rows]  # type: ignore[index]
             cache = budget.role(side.spec.name, role, sum(_count(e, "targets") for e in counted),
