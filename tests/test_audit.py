@@ -9,7 +9,14 @@ import sys
 import pytest
 import torch
 
-from obliviate.audit.verdict import AttackRow, mark_headlines, recovered_share, share_text
+from obliviate.audit.verdict import (
+    AttackRow,
+    mark_headlines,
+    recovered_share,
+    share_interval,
+    share_text,
+    share_with_interval,
+)
 from obliviate.config.audit import AuditConfig
 from obliviate.errors import ConfigError
 
@@ -38,8 +45,34 @@ def test_share_text_clips_and_marks():
     assert share_text(None) == "n/a"
 
 
+def test_share_interval_draws_the_three_models_on_the_same_rows():
+    # every row recovers exactly half of what the original knew over the reference: any paired draw gives 50%
+    # (drawing the attacked model's rows apart from the original's would not)
+    original, ref0 = [1.0, 0.2, 1.0, 0.2], [0.0, 0.0, 0.0, 0.0]
+    assert share_interval([0.5, 0.1, 0.5, 0.1], original, ref0) == pytest.approx((0.5, 0.5))
+    # half the rows fully back, half not at all: the share is the drawn mean of [1, 0, 1, 0]; 4 rows drawn, so
+    # P(no row back) = P(all back) = 1/16 > 2.5%: the 95% interval spans [0, 1]
+    assert share_interval([1.0, 0.0, 1.0, 0.0], [1.0] * 4, ref0) == pytest.approx((0.0, 1.0))
+    # at level 0.5 the quartiles of {0, 1/4, ..., 1} drawn with weights 1, 4, 6, 4, 1 (of 16): 1/4 and 3/4
+    assert share_interval([1.0, 0.0, 1.0, 0.0], [1.0] * 4, ref0, level=0.5) == pytest.approx((0.25, 0.75))
+    # a row whose K is undefined (NaN: no asked fact) is left out of all three
+    nan = float("nan")
+    assert share_interval([0.5, 0.1, 0.5, 0.1, nan], original + [1.0], ref0 + [0.0]) == pytest.approx((0.5, 0.5))
+    assert share_interval([0.5, 0.1, 0.5, 0.1], original, [nan, nan, nan, 0.0]) is None  # one row left
+    assert share_interval([0.5, 0.5], [0.3, 0.3], [0.3, 0.3]) is None  # the original knew no more: undefined
+    with pytest.raises(ValueError, match="same rows"):
+        share_interval([0.5, 0.1], [1.0, 0.2, 1.0], [0.0, 0.0])
+
+
+def test_share_with_interval_clips_the_ends():
+    assert share_with_interval(0.5, (0.3, 1.2)) == "50% [30%, 100%]"
+    assert share_with_interval(-0.1, [-0.4, 0.2]) == "0%* [0%, 20%]"
+    assert share_with_interval(0.5, None) == "50%" and share_with_interval(None, (0.1, 0.2)) == "n/a"
+
+
 def test_attack_row_share_and_headlines():
-    rows = [AttackRow("relearn", "forget 4/14 rows", "fact_recall", 10, 0.0, 0.4, 0.8, 0.0, "r", 0.0),
+    rows = [AttackRow("relearn", "forget 4/14 rows", "fact_recall", 10, 0.0, 0.4, 0.8, 0.0, "r", 0.0,
+                      interval=(0.25, 0.75)),
             AttackRow("relearn", "retain-only control", "fact_recall", 10, 0.0, 0.8, 0.8, 0.0, "r", 0.0),
             AttackRow("quantize", "int8", "fact_recall", 14, 0.2, 0.3, 0.6, 0.2, "r", 0.1),
             AttackRow("quantize", "int4", "fact_recall", 14, 0.2, 0.5, 0.6, 0.2, "r", 0.1)]
@@ -49,6 +82,7 @@ def test_attack_row_share_and_headlines():
     verdict = mark_headlines(rows)
     assert verdict["relearn"]["variant"] == "forget 4/14 rows"  # the control is never the headline
     assert verdict["quantize"]["variant"] == "int4" and verdict["quantize"]["share"] == pytest.approx(0.75)
+    assert verdict["relearn"]["interval"] == [0.25, 0.75] and verdict["quantize"]["interval"] is None
     assert [r.headline for r in rows] == [True, False, False, True]
     assert rows[0].to_json()["share"] == pytest.approx(0.5)
 
@@ -237,6 +271,12 @@ def test_cli_audit_writes_verdict_for_every_attack(saved, tmp_path, capsys):
     assert all(r["ref0"] == "retain model under the same attack" for r in data["rows"])
     mia = next(r for r in data["rows"] if r["variant"] == "loss")
     assert 0.0 <= mia["k_attacked"] <= 1.0 and set(mia["extra"]["auc"]) == {"original", "unlearned", "retain"}
+    assert mia["interval"] is None  # an AUC is no mean over rows
+    for r in data["rows"]:  # every other share has its interval over the rows, in order
+        if r["attack"] != "mia" and r["share"] is not None:
+            assert len(r["interval"]) == 2 and r["interval"][0] <= r["interval"][1], r
+    assert data["verdict"]["relearn"]["interval"] == next(r["interval"] for r in data["rows"] if r["headline"]
+                                                          and r["attack"] == "relearn")
     assert "| attack |" in (out / "report.md").read_text() and "<table>" in (out / "report.html").read_text()
     assert main(argv) == 2  # an existing output is refused (--overwrite replaces it)
     assert "exists" in capsys.readouterr().err

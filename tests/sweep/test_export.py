@@ -163,11 +163,23 @@ def test_a_transfer_file_is_refused_before_anything_is_written(tmp_path):
         write_transfer_config(tmp_path / "nowhere", tmp_path / "t.yaml")
 
 
+def test_recovery_cells_show_each_attacks_share_with_its_interval():
+    from obliviate.sweep.papers import recovery_cells
+
+    audit = {"shares": {"relearn": 0.62, "quantize": -0.1, "mia": 0.9},
+             "intervals": {"relearn": [0.4, 0.81], "quantize": None, "mia": None}}
+    assert recovery_cells(audit) == ["62% [40%, 81%]", "0%*"]  # relearning, then quantisation; mia not shown
+    assert recovery_cells({"shares": {"relearn": None}}) == ["n/a", "n/a"]  # undefined, or the attack did not run
+    assert recovery_cells(None) == ["–", "–"]  # no audit of this row
+
+
 def test_a_method_name_becomes_a_file_name():
     assert slug("NPO+SAGO") == "NPO+SAGO" and slug("my method/2") == "my_method_2"
 
 
 def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_path, monkeypatch, capsys):
+    from obliviate.audit.verdict import share_with_interval
+
     """--audits DIR: the best trained again alone with its audit (scripts/audit_bests.sh: `obliviate compare
     --best-configs`, then `obliviate unlearn --config DIR/best/NPO.yaml audit.enabled=true output_dir=DIR/NPO`, then
     `obliviate compare --audits DIR`) becomes a row of the report: each attack's headline share as audit.json holds
@@ -197,9 +209,18 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     assert summary["trial"] == "NPO #0" and summary["ref0"] == audit["ref0"]
     row = next(line for line in (tmp_path / "cmp/report.md").read_text().splitlines() if line.startswith("| NPO | NPO #0 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    shares = [summary["shares"][k] for k in ("relearn", "quantize", "paraphrase", "mia")]  # the report's column order
-    shown = ["n/a" if v is None else f"{100 * v:.0f}%" for v in shares]
+    order = ("relearn", "quantize", "paraphrase", "mia")  # the report's column order
+    assert summary["intervals"] == {k: (audit["verdict"].get(k) or {}).get("interval") for k in order}
+    # (this tiny target knows none of the facts, so its shares are undefined, n/a: tests/test_audit.py has the numbers)
+    shown = [share_with_interval(summary["shares"][k], summary["intervals"][k]) for k in order]
     assert cells[2:6] == shown and cells[6] == audit["ref0"]
+    # the papers' table gains the two recovery columns, filled on the best's row only
+    table = [line for line in (tmp_path / "cmp/report.md").read_text().split("## In the papers' columns")[1]
+             .splitlines() if line.startswith("|")]
+    assert table[0].endswith("| relearning brings back ↓ | quantisation brings back ↓ |")
+    best = next(line for line in table if line.startswith("| NPO |") and "best: NPO #0" in line)
+    assert [c.strip() for c in best.strip("|").split("|")][-2:] == shown[:2]
+    assert next(line for line in table if line.startswith("| θ0 |")).endswith("| – | – |")
     (tmp_path / "empty").mkdir()
     capsys.readouterr()
     assert main(["compare", str(out), "--audits", "empty", "--out", "cmp2"]) == 2

@@ -24,7 +24,7 @@ from obliviate.audit.probes import (
     paraphrase_probe,
 )
 from obliviate.audit.quantize import get_scheme, quantized_copy, unfit_layers
-from obliviate.audit.verdict import AttackRow, console_verdict, mark_headlines, recovered_share
+from obliviate.audit.verdict import AttackRow, console_verdict, mark_headlines, recovered_share, share_interval
 from obliviate.config import TrainConfig
 from obliviate.config.audit import AuditConfig
 from obliviate.data.rows import QARow
@@ -127,25 +127,28 @@ def _relearn_rows(models: dict[str, Any], tok: Any, forget: list[QARow], retain:
     control = random.Random(f"{cfg.seed}:control").sample(retain, min(len(tr), len(retain)))
     probe = direct_probe(tok, eval_rows)
     pkw = {"batch_size": cfg.batch_size, "max_length": cfg.max_length}
-    orig_k = sc.k("original", models["original"], direct_probe(tok, forget), ev)
-    unl_k = sc.k("unlearned", models["unlearned"], direct_probe(tok, forget), ev)
+    orig_rows = sc.scores("original", models["original"], direct_probe(tok, forget))[ev]
+    unl_rows = sc.scores("unlearned", models["unlearned"], direct_probe(tok, forget))[ev]
+    orig_k, unl_k = mean_k(orig_rows), mean_k(unl_rows)
     plain = sc.k("retain", models["retain"], direct_probe(tok, forget), ev) if "retain" in models else unl_k
     orig_p = float(answer_probs(models["original"], tok, eval_rows, **pkw).mean())
     unl_p = float(answer_probs(models["unlearned"], tok, eval_rows, **pkw).mean())
     out = []
     for variant, rows in ((f"forget {len(tr)}/{len(forget)} rows", train_rows), ("retain-only control", control)):
         att = relearned_copy(models["unlearned"], tok, rows, cfg)
-        k_att = mean_k(sc.fresh(att, probe, eval_rows)[0])
+        att_rows = sc.fresh(att, probe, eval_rows)[0]
         p_att = float(answer_probs(att, tok, eval_rows, **pkw).mean())
         if "retain" in models:
             ref = relearned_copy(models["retain"], tok, rows, cfg)
-            k_ref = mean_k(sc.fresh(ref, probe, eval_rows)[0])
+            ref_rows = sc.fresh(ref, probe, eval_rows)[0]
             p_ref, ref0 = float(answer_probs(ref, tok, eval_rows, **pkw).mean()), REF_RETAIN
         else:
-            k_ref, p_ref, ref0 = unl_k, unl_p, REF_UNLEARNED
-        out.append(AttackRow("relearn", variant, sc.metric, len(ev), unl_k, k_att, orig_k, k_ref, ref0, plain,
-                             extra=_prob_extra(p_att, orig_p, p_ref, unl_p) | {"train_rows": len(rows),
-                                                                               "steps": cfg.relearn_steps}))
+            ref_rows, p_ref, ref0 = unl_rows, unl_p, REF_UNLEARNED
+        k_att = mean_k(att_rows)
+        out.append(AttackRow("relearn", variant, sc.metric, len(ev), unl_k, k_att, orig_k, mean_k(ref_rows), ref0,
+                             plain, extra=_prob_extra(p_att, orig_p, p_ref, unl_p) | {"train_rows": len(rows),
+                                                                                      "steps": cfg.relearn_steps},
+                             interval=share_interval(att_rows, orig_rows, ref_rows, seed=cfg.seed)))
         log(f"  relearn ({variant}): K {k_att}")
     return out
 
@@ -164,17 +167,19 @@ def _quantize_rows(models: dict[str, Any], tok: Any, forget: list[QARow], sc: _S
     out = []
     for name in cfg.quant_schemes:
         q = quantized_copy(models["unlearned"], name, cfg.group_size)
-        k_att, p_att = sc.k(f"unlearned-{name}", q, probe), float(answer_probs(q, tok, forget, **pkw).mean())
+        att_rows, p_att = sc.scores(f"unlearned-{name}", q, probe), float(answer_probs(q, tok, forget, **pkw).mean())
         if "retain" in models:
             qr = quantized_copy(models["retain"], name, cfg.group_size)
-            k_ref, ref0 = sc.k(f"retain-{name}", qr, probe), REF_RETAIN
+            ref_rows, ref0 = sc.scores(f"retain-{name}", qr, probe), REF_RETAIN
             p_ref = float(answer_probs(qr, tok, forget, **pkw).mean())
         else:
-            k_ref, p_ref, ref0 = unl_k, unl_p, REF_UNLEARNED
+            ref_rows, p_ref, ref0 = sc.scores("unlearned", models["unlearned"], probe), unl_p, REF_UNLEARNED
+        k_att, k_ref = mean_k(att_rows), mean_k(ref_rows)
+        between = share_interval(att_rows, sc.scores("original", models["original"], probe), ref_rows, seed=cfg.seed)
         kept = unfit_layers(models["unlearned"], name)  # rows the format cannot hold: float16, as llama.cpp does
         out.append(AttackRow("quantize", name, sc.metric, len(forget), unl_k, k_att, orig_k, k_ref, ref0, plain,
                              extra=_prob_extra(p_att, orig_p, p_ref, unl_p)
-                             | {"format": get_scheme(name).describe, "kept_float16": kept}))
+                             | {"format": get_scheme(name).describe, "kept_float16": kept}, interval=between))
         log(f"  quantize ({name}): K {k_att}" + (f"; {len(kept)} weight(s) kept as float16" if kept else ""))
     return out
 
@@ -201,18 +206,20 @@ def _paraphrase_rows(models: dict[str, Any], tok: Any, forget: list[QARow], reta
         else:
             probes.append(completion_probe(tok, forget))
     out = []
+    orig_rows = sc.scores("original", models["original"], direct)
     for p in probes:
-        k_att = sc.k("unlearned", models["unlearned"], p)
+        att_rows = sc.scores("unlearned", models["unlearned"], p)
         if "retain" in models:
-            k_ref, ref0 = sc.k("retain", models["retain"], p), REF_RETAIN
+            ref_rows, ref0 = sc.scores("retain", models["retain"], p), REF_RETAIN
         else:
-            k_ref, ref0 = unl_k, REF_UNLEARNED
+            ref_rows, ref0 = sc.scores("unlearned", models["unlearned"], direct), REF_UNLEARNED
+        k_att, k_ref = mean_k(att_rows), mean_k(ref_rows)
         extra = {"original_under_probe": sc.k("original", models["original"], p)}
         if extra["original_under_probe"] is not None and k_ref is not None and extra["original_under_probe"] <= k_ref:
             notes.append(f"probe {p.name}: even the original model scores K {extra['original_under_probe']:.3f} "
                          f"under it (0% reference {k_ref:.3f}): on this model it extracts nothing, so it is no test")
         out.append(AttackRow("paraphrase", p.name, sc.metric, len(forget), unl_k, k_att, orig_k, k_ref, ref0, plain,
-                             extra=extra))
+                             extra=extra, interval=share_interval(att_rows, orig_rows, ref_rows, seed=cfg.seed)))
         log(f"  paraphrase ({p.name}): K {k_att}")
     return out
 

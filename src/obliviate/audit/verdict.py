@@ -6,6 +6,8 @@ share = (K_attacked - K_ref0) / (K_original - K_ref0)
               unlearned model without attack (MIA without a retain model: AUC 0.5, chance)         -> 0%
 The raw share is kept (it can be < 0 or > 1); tables show it clipped to [0%, 100%] with a '*'. When
 K_original <= K_ref0 the share is undefined (n/a): the original knew nothing the reference does not.
+Its interval (`share_interval`): a percentile bootstrap over the forget rows, the three per-row K drawn on the same
+rows (paired), through eval/intervals.bootstrap; one audited model, so rows are all it resamples.
 No torch here.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any, Mapping, Sequence
 
+from obliviate.eval.intervals import bootstrap
 from obliviate.report.page import page
 
 EPS = 1e-9
@@ -28,12 +31,45 @@ def recovered_share(k_attacked: float | None, k_original: float | None, k_ref0: 
     return (k_attacked - k_ref0) / (k_original - k_ref0)
 
 
+def share_interval(attacked: Any, original: Any, ref0: Any, *, level: float = 0.95, draws: int = 2000,
+                   seed: int = 0) -> tuple[float, float] | None:
+    """The recovered share's `level` percentile-bootstrap interval over rows, from per-row K [N] of the attacked
+    model, the original and the 0% reference on the same N rows (drawn together); rows where any K is undefined (NaN)
+    are left out, and so are draws where the share is undefined. None with fewer than 2 such rows or when the share
+    of all of them is undefined."""
+    import numpy as np
+
+    a, o, r = (np.asarray(x, dtype=np.float64) for x in (attacked, original, ref0))
+    if not a.shape == o.shape == r.shape:
+        raise ValueError(f"share_interval: per-row K of {a.shape}, {o.shape} and {r.shape} rows; they must be the "
+                         "same rows")
+    keep = np.isfinite(a) & np.isfinite(o) & np.isfinite(r)
+    if keep.sum() < 2:
+        return None
+
+    def score(m: Mapping[str, Any]) -> float:
+        share = recovered_share(m["attacked"], m["original"], m["ref0"])
+        return float("nan") if share is None else share
+
+    iv = bootstrap(score, [({}, {"attacked": a[keep], "original": o[keep], "ref0": r[keep]})], level=level,
+                   draws=draws, seed=seed)
+    return None if iv.estimate != iv.estimate else (iv.low, iv.high)
+
+
 def share_text(share: float | None) -> str:
     """A share for display: a whole percent clipped to [0, 100], '*' when clipped, 'n/a' when undefined."""
     if share is None:
         return "n/a"
     clipped = min(1.0, max(0.0, share))
     return f"{100 * clipped:.0f}%" + ("*" if clipped != share else "")
+
+
+def share_with_interval(share: float | None, interval: Sequence[float] | None) -> str:
+    """share_text, then its interval's ends clipped the same way when there is one: '62% [40%, 81%]'."""
+    if share is None or not interval:
+        return share_text(share)
+    ends = [f"{100 * min(1.0, max(0.0, e)):.0f}%" for e in interval]
+    return f"{share_text(share)} [{ends[0]}, {ends[1]}]"
 
 
 def num(x: float | None) -> str:
@@ -57,6 +93,7 @@ class AttackRow:
     k_ref0_plain: float | None = None
     headline: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    interval: tuple[float, float] | None = None  # the share's 95% interval over rows (share_interval)
 
     @property
     def share(self) -> float | None:
@@ -82,18 +119,19 @@ def mark_headlines(rows: Sequence[AttackRow], controls: Sequence[str] = ("retain
             continue
         best.headline = True
         verdict[attack] = {"variant": best.variant, "metric": best.metric, "share": best.share,
-                           "k_attacked": best.k_attacked, "k_original": best.k_original, "k_ref0": best.k_ref0}
+                           "interval": best.interval and list(best.interval), "k_attacked": best.k_attacked,
+                           "k_original": best.k_original, "k_ref0": best.k_ref0}
     return verdict
 
 
 HEAD = ("attack", "variant", "K", "n", "unlearned", "attacked", "original (100%)", "ref 0%", "before attack",
-        "recovered")
+        "recovered [95% over rows]")
 
 
 def _cells(r: AttackRow) -> list[str]:
     return [r.attack + (" ◆" if r.headline else ""), r.variant, r.metric, str(r.n), num(r.k_unlearned),
             num(r.k_attacked), num(r.k_original), num(r.k_ref0), share_text(r.share_without_attack),
-            share_text(r.share)]
+            share_with_interval(r.share, r.interval)]
 
 
 def console_verdict(rows: Sequence[AttackRow], ref0: str) -> str:
@@ -131,7 +169,8 @@ def html_verdict(rows: Sequence[AttackRow]) -> str:
 EXPLAIN = (
     "K is the knowledge score on forget rows: {metric}. Each row compares the unlearned model under the attack "
     "with the original model (100%, direct question, no attack) and the 0% reference ({ref0}); recovered = "
-    "(K_attacked - K_ref0) / (K_original - K_ref0); 'before attack' is the same share of the unlearned model "
+    "(K_attacked - K_ref0) / (K_original - K_ref0), with its 95% percentile-bootstrap interval over the rows (the "
+    "three K drawn on the same rows; none for mia, an AUC); 'before attack' is the same share of the unlearned model "
     "without attack (its 0% reference: the retain model without attack). relearn: fine-tuned on a share of the "
     "forget rows, measured on the others (control: as many steps on retain rows). quantize: Linear weights "
     "quantised and dequantised in each format named in the variant (rtn_int8 / rtn_int4: obliviate's round-to-"

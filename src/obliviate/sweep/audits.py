@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from obliviate.audit.verdict import share_with_interval
 from obliviate.errors import ObliviateError
 
 ATTACKS = ("relearn", "quantize", "paraphrase", "mia")
@@ -23,17 +24,14 @@ def audit_file(audits: Path, method: str) -> Path:
     return audits / slug(method) / "audit" / "audit.json"
 
 
-def _share(value: Any) -> str:
-    return "n/a" if value is None else f"{100 * float(value):.0f}%"
-
-
 def audit_section(bests: Sequence[Any], audits: Path) -> tuple[list[str], dict[str, Any]]:
     """(Markdown lines, {method: {trial, file, ref0, shares}}) for the bests (compare's Best: .method, .point) whose
     audit exists under `audits`; an ObliviateError naming the expected files when none does."""
     named = [b for b in bests if b.point is not None]
     lines = ["## Each best under attack", "", f"The audit of each best trained again alone ({audits}/<method>): the "
              "share of the forgotten knowledge each attack's strongest variant brings back (0% = the audit's "
-             "reference, 100% = θ0). One run each: no interval.", "",
+             "reference, 100% = θ0; clipped to [0%, 100%], * when clipped), with its 95% interval over the forget "
+             "rows (none for mia, an AUC). One run each: the rows are all the interval resamples.", "",
              "| method | best | " + " | ".join(ATTACKS) + " | 0% reference |", "|---|---|" + "---|" * len(ATTACKS) + "---|"]
     summary: dict[str, Any] = {}
     for b in named:
@@ -47,8 +45,12 @@ def audit_section(bests: Sequence[Any], audits: Path) -> tuple[list[str], dict[s
             raise ObliviateError(f"--audits: {path} is not an audit.json that obliviate audit wrote ({exc!r}); run "
                                  "the audit again") from None
         shares = {k: (verdict.get(k) or {}).get("share") for k in ATTACKS}
-        summary[b.method] = {"trial": b.point.name, "file": str(path), "ref0": audit.get("ref0"), "shares": shares}
-        lines.append(f"| {b.method} | {b.point.name} | " + " | ".join(_share(shares[k]) for k in ATTACKS)
+        intervals = {k: (verdict.get(k) or {}).get("interval") for k in ATTACKS}  # None in audits made before them
+        summary[b.method] = {"trial": b.point.name, "file": str(path), "ref0": audit.get("ref0"), "shares": shares,
+                             "intervals": intervals, "variants": {k: (verdict.get(k) or {}).get("variant")
+                                                                  for k in ATTACKS}}
+        lines.append(f"| {b.method} | {b.point.name} | "
+                     + " | ".join(share_with_interval(shares[k], intervals[k]) for k in ATTACKS)
                      + f" | {audit.get('ref0') or '?'} |")
     if not summary:
         expected = ", ".join(str(audit_file(audits, b.method)) for b in named) or "none: no method has a best"

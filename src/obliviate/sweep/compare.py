@@ -313,8 +313,8 @@ def build_report(coll: Collection, level: float = 0.95,
               "not count a paused or waiting worker (on a GPU it is the host's share only)."]
     recipe_lines, recipes = recipe_section(coll, bar, axes, level)
     lines += [""] + recipe_lines
-    paper_lines, papers = papers_section(coll, bests, level)
     audit_lines, audited = audit_section(bests, audits) if audits is not None else ([], {})
+    paper_lines, papers = papers_section(coll, bests, level, audited)
     lines += paper_lines + audit_lines
     lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "

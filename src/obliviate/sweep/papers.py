@@ -5,7 +5,9 @@ mean over the seeds each ran with and its percentile-bootstrap interval over see
 Forget quality, model utility and the closer-look FE / MU are recomputed from their resampled per-row parts
 (eval/aggregates.py), each split drawn on its own. "MU ÷ θ0" is model utility over θ0's on the same draw of the same
 rows (a paired ratio: the bar's "≥ 0.9 × θ0's utility" asked of the held-out rows with its uncertainty). θ0 and the
-retain model get intervals over their rows when the study kept them.
+retain model get intervals over their rows when the study kept them. With the bests' audits (sweep/audits.py), each
+best's row also gives the share of the forgotten knowledge relearning and quantisation bring back (each attack's
+strongest variant, with its interval over the forget rows: one audited run).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import functools
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+from obliviate.audit.verdict import share_with_interval
 from obliviate.eval.aggregates import PARTS, parts_of, row_group, with_tofu_aggregates
 from obliviate.eval.intervals import Interval, bootstrap, paired, ratio_to_reference
 from obliviate.eval.score import with_forget_score
@@ -30,6 +33,8 @@ PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("forget_quality", "FQ ↑"), ("model_utility", "MU ↑"), (RATIO, "MU ÷ θ0 (paired) ↑"), ("fe_partial", "FE ↑"),
     ("mu_partial", "MU (closer look) ↑"), ("forget_rougeL_recall", "forget ROUGE-L ↓"),
     ("forget_truth_ratio", "forget truth ratio"), ("forget_degenerate_share", "degenerate ↓"))
+# the audit's attacks in the table when the bests were audited: (attack, heading)
+RECOVERY_COLUMNS = (("relearn", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))
 
 
 def num(v: float) -> str:
@@ -93,11 +98,23 @@ def cell(iv: Interval) -> str:
     return f"{num(iv.estimate)} [{num(iv.low)}, {num(iv.high)}]" + ("" if iv.rows else " †")
 
 
-def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) -> tuple[list[str], dict[str, Any]]:
+def recovery_cells(audit: Mapping[str, Any] | None) -> list[str]:
+    """The RECOVERY_COLUMNS cells of a best from its audit summary (audit_section's {shares, intervals}); '–' without
+    an audit, 'n/a' where the attack did not run or its share is undefined."""
+    if audit is None:
+        return ["–"] * len(RECOVERY_COLUMNS)
+    return [share_with_interval(audit["shares"].get(k), (audit.get("intervals") or {}).get(k))
+            for k, _ in RECOVERY_COLUMNS]
+
+
+def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95,
+                   audited: Mapping[str, Any] | None = None) -> tuple[list[str], dict[str, Any]]:
     """TOFU sweeps: the module's table for θ0, the retain model and each method at its recipe and at its best
-    (compare's Best: .method, .point); (Markdown lines, the JSON summary); nothing for other tracks."""
+    (compare's Best: .method, .point), with RECOVERY_COLUMNS when `audited` (audit_section's summary) holds any best;
+    (Markdown lines, the JSON summary); nothing for other tracks."""
     if coll.kind not in TOFU_KINDS or not any("model_utility" in p.metrics for p in coll.points):
         return [], {}
+    extra = list(RECOVERY_COLUMNS) if audited else []
     lines = ["## In the papers' columns", "", "TOFU's forget quality (KS test against the retain model) and model "
              "utility, model utility over θ0's on the same rows, the closer-look FE and MU (partial when a "
              "component's model is missing), forget ROUGE-L, truth ratio and degenerate share, on the verdict's "
@@ -105,9 +122,12 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
              "model utility, FE and MU recomputed from their resampled per-row parts, each split drawn on its own; "
              "the ratio to θ0 drawn on the same rows for both; † over seeds only: some of those trials kept no "
              "per-row values of that number's parts; ‡ θ0's utility fixed, not drawn: the study kept no per-row "
-             "values of θ0, so the ratio's interval is wider than a paired one).", "",
-             "| method | point | seeds | " + " | ".join(h for _, h in PAPER_COLUMNS) + " |",
-             "|---|---|---|" + "---|" * len(PAPER_COLUMNS)]
+             "values of θ0, so the ratio's interval is wider than a paired one)."
+             + (" The last columns: the share of the forgotten knowledge each attack brings back in the audit of the "
+                "best trained again alone (see the next section), with its 95% interval over the forget rows."
+                if extra else ""), "",
+             "| method | point | seeds | " + " | ".join(h for _, h in [*PAPER_COLUMNS, *extra]) + " |",
+             "|---|---|---|" + "---|" * (len(PAPER_COLUMNS) + len(extra))]
     theta0: Table = (coll.original_report or coll.original, coll.original_rows)
     summary: dict[str, Any] = {}
     for name, what, table in (("θ0", "the original model", theta0),
@@ -115,7 +135,8 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
                                (coll.retain or {}, coll.retain_rows))):
         if table[0]:
             ivs = {k: metric_interval(coll, k, [table], level) for k, _ in PAPER_COLUMNS}
-            lines.append(f"| {name} | {what} | | " + " | ".join(cell(ivs[k]) for k, _ in PAPER_COLUMNS) + " |")
+            lines.append(f"| {name} | {what} | | " + " | ".join([cell(ivs[k]) for k, _ in PAPER_COLUMNS]
+                                                               + ["–"] * len(extra)) + " |")
             summary[name] = {"intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
     recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
     for b in bests:
@@ -129,8 +150,10 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95) 
             ivs = {k: metric_interval(coll, k, seen, level) for k, _ in PAPER_COLUMNS}
             cells = {k: cell(ivs[k]) + (" ‡" if k == RATIO and ivs[k].resampled and not theta0[1] else "")
                      for k, _ in PAPER_COLUMNS}
+            audit = (audited or {}).get(b.method) if point is b.point else None
+            recovery = recovery_cells(audit)[:len(extra)]
             lines.append(f"| {b.method} | {label}: {point.name} | {len(seen)} | "
-                         + " | ".join(cells[k] for k, _ in PAPER_COLUMNS) + " |")
+                         + " | ".join([cells[k] for k, _ in PAPER_COLUMNS] + recovery) + " |")
             summary.setdefault(b.method, {})[label] = {
                 "trial": point.name, "seeds": len(seen),
                 "values": {k: [m.get(k) for m, _ in seen] for k, _ in PAPER_COLUMNS if k != RATIO},
