@@ -719,6 +719,18 @@ MUTANTS: list[Mutant] = [
     Mutant("cache pool: a sweep's runs never reuse a cache", "train/unlearn.py",
            "            if kept is not None:\n                side.caches[role] = kept", "            if False:\n                side.caches[role] = kept",
            ("tests/train/test_cached.py",)),
+    Mutant("audit interval: the attacked model's rows drawn apart from the original's", "audit/verdict.py",
+           'iv = bootstrap(score, [({}, {"attacked": a[keep], "original": o[keep], "ref0": r[keep]})]',
+           'iv = bootstrap(score, [({}, {"attacked": a[keep][::-1].copy(), "original": o[keep], "ref0": r[keep]})]',
+           ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+    Mutant("audit interval: undefined rows kept", "audit/verdict.py",
+           "keep = np.isfinite(a) & np.isfinite(o) & np.isfinite(r)", "keep = np.isfinite(a) | True", ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+    Mutant("audit interval: the level ignored", "audit/verdict.py", "level=level,\n                   draws=draws",
+           "level=0.95,\n                   draws=draws", ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+    Mutant("papers: the recovery columns read the quantisation share for relearning", "sweep/papers.py",
+           'RECOVERY_COLUMNS = (("relearn", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
+           'RECOVERY_COLUMNS = (("quantize", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
+           ("tests/sweep/test_export.py::test_recovery_cells_show_each_attacks_share_with_its_interval",)),
 ]
 
 
