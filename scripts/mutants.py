@@ -731,6 +731,11 @@ MUTANTS: list[Mutant] = [
            'RECOVERY_COLUMNS = (("relearn", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
            'RECOVERY_COLUMNS = (("quantize", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
            ("tests/sweep/test_export.py::test_recovery_cells_show_each_attacks_share_with_its_interval",)),
+    Mutant("sweep: --start-before ignored", "sweep/run.py",
+           "if start_before_s is not None and time.perf_counter() - t0 >= start_before_s:", "if False:", ("tests/sweep/test_run.py::test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on",)),
+    Mutant("sweep: a teacher map's layer sets not checked against the model", "sweep/run.py",
+           'if d.key in ("method.forget_args.layers", "method.forget_args"):',
+           'if d.key in ("method.forget_args.layers",):', ("tests/sweep/test_run.py::test_layer_sets_in_the_space_are_checked_against_the_model_before_any_trial",)),
 ]
 
 

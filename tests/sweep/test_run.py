@@ -14,8 +14,8 @@ import optuna
 import pytest
 import yaml
 
-from obliviate.config import build
-from obliviate.errors import ObliviateError
+from obliviate.config import build, to_dict
+from obliviate.errors import ConfigError, ObliviateError
 from obliviate.eval.tofu import FQ_ROWS, forget_quality
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import plan_sweep, run_sweep
@@ -527,6 +527,48 @@ def test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampl
     study.enqueue_trial({"train.lr": 1e-3}, user_attrs={"recipe": True})  # a second worker's copy of the recipe
     copy = study.ask()
     assert copy.user_attrs["recipe"] and surplus(study, copy, budget=2)  # within budget, still surplus
+
+
+def test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on(base_file, tmp_path):
+    """--start-before S: once S seconds have passed since the worker began, it starts no trial (the one it runs ends
+    first); the same command again runs the rest. scripts/sweep_workers.sh with DRAIN=D gives each worker the seconds
+    from its start to D before the deadline: a deadline no further than D gives 0, and no trial starts."""
+    methods = {"NPO": {"forget": "npo", "retain": "nll"}}
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods=methods, trials=2)
+    lines: list[str] = []
+    assert run_sweep(cfg, log=lines.append, start_before_s=0)["ran"] == 0
+    assert "--start-before 0 s has passed: this worker starts no other trial" in lines
+    assert run_sweep(cfg, log=lambda s: None, start_before_s=1e9)["outcomes"] == {"complete": 2}
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({**to_dict(_cfg(base_file, tmp_path / "unused", methods=methods, trials=1)),
+                                      "output_dir": "unused"}))
+    script = Path(__file__).resolve().parents[2] / "scripts" / "sweep_workers.sh"
+    done = subprocess.run(["bash", str(script), str(config), str(tmp_path / "sw2"), "1", "60"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHON": sys.executable, "DRAIN": "60"})
+    log = (tmp_path / "sw2-logs" / "w1.log").read_text()
+    assert done.returncode == 0, done.stderr + log
+    assert "--start-before 0 s has passed" in log and "this worker ran 0 trial(s)" in log
+    bad = subprocess.run(["bash", str(script), str(config), str(tmp_path / "sw3"), "1", "60"], capture_output=True,
+                         text=True, env={**os.environ, "DRAIN": "soon"})
+    assert bad.returncode == 2 and "DRAIN must be a whole number of seconds, not 'soon'" in bad.stderr
+    assert not (tmp_path / "sw3-logs").exists()
+
+
+def test_layer_sets_in_the_space_are_checked_against_the_model_before_any_trial(base_file, tmp_path):
+    """A space's layer sets, its own or a teacher map's points (a map made on another model), must name layers the
+    model has: the first worker is refused before any trial, with the dimension named."""
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.0, "layers": [0]}, "retain": "kl"}}
+    spaces = {"method.forget_args.layers": ({"choices": [[0], [9]]}, r"space\.method\.forget_args\.layers=\[9\]"),
+              "method.forget_args": ({"teacher_map": str(tmp_path / "map.json"), "include": [{"tau": 2.0, "layers": [9]}]},
+                                     r"space\.method\.forget_args \(teacher map\)=\[9\]")}
+    (tmp_path / "map.json").write_text(json.dumps({"grid": [{"tau": 4.0, "layers": [1], "fluent_forgetting": True}],
+                                                   "base": {"forget": {"recall": 1.0}}}))
+    for key, (dim, message) in spaces.items():
+        cfg = _cfg(base_file, tmp_path / key, methods=methods, trials=1, space={key: dim})
+        with pytest.raises(ConfigError, match=message + ": layer index 9 is out of range"):
+            run_sweep(cfg, log=lambda s: None)
+        assert _trials(tmp_path / key, "ASU")[1] == []
 
 
 def test_a_worker_with_other_weights_for_theta0_or_other_rows_is_refused(base_file, tmp_path):

@@ -408,11 +408,12 @@ def _repeat_due(plan: SweepPlan, study: Any) -> bool:
 
 
 def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
-              max_trials: int | None = None) -> dict[str, Any]:
+              max_trials: int | None = None, start_before_s: float | None = None) -> dict[str, Any]:
     """Check, prepare and run this worker's share of the sweep, then write the report; a summary.
 
-    `storage` (the --storage flag) replaces cfg.storage; `max_trials` stops this worker after that many trials
-    (the others, or a later run of the same command, do the rest)."""
+    `storage` (the --storage flag) replaces cfg.storage; `max_trials` stops this worker after that many trials, and
+    `start_before_s` after the trial it runs once that many seconds have passed since it began preparing (the others,
+    or a later run of the same command, do the rest)."""
     from obliviate.sweep.compare import write_compare
 
     if storage:
@@ -444,13 +445,11 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     check_models(studies.values(), {**model_digests(track.model, getattr(track, "retain_model", None)),
                                     "rows": track.rows_key()})
 
-    for d in plan.dims:  # layer sets against the loaded model, before any trial
-        if d.key == "method.forget_args.layers":
+    for d in plan.dims:  # layer sets against the loaded model, before any trial; a teacher map's: made on another?
+        if d.key in ("method.forget_args.layers", "method.forget_args"):
             for value in d.extremes():
-                check_layer_indices(value, track.layers(), f"space.{d.key}")
-        if d.key == "method.forget_args":  # a teacher map's points (made on another model?)
-            for value in d.extremes():
-                check_layer_indices(value.get("layers"), track.layers(), f"space.{d.key} (teacher map)")
+                check_layer_indices(value.get("layers") if d.key == "method.forget_args" else value, track.layers(),
+                                    f"space.{d.key}" + (" (teacher map)" if d.key == "method.forget_args" else ""))
     if cfg.eval_every_steps is not None:
         track.original_quick = track.quick(track.model, cfg.eval_rows)
     for study in studies.values():
@@ -461,6 +460,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     outcomes: dict[str, int] = {}
     ran = 0
     while max_trials is None or ran < max_trials:
+        if start_before_s is not None and time.perf_counter() - t0 >= start_before_s:
+            log(f"--start-before {start_before_s:g} s has passed: this worker starts no other trial")
+            break
         for name, s in studies.items():
             fail_stale(s, cfg.stale_after_s)
             requeue_recipe(s, plan.recipes.get(name))
