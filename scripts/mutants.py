@@ -60,6 +60,7 @@ T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
+T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)
 
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
@@ -722,17 +723,18 @@ MUTANTS: list[Mutant] = [
     Mutant("audit interval: the attacked model's rows drawn apart from the original's", "audit/verdict.py",
            'iv = bootstrap(score, [({}, {"attacked": a[keep], "original": o[keep], "ref0": r[keep]})]',
            'iv = bootstrap(score, [({}, {"attacked": a[keep][::-1].copy(), "original": o[keep], "ref0": r[keep]})]',
-           ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+           T_AUDIT_IV),
     Mutant("audit interval: undefined rows kept", "audit/verdict.py",
-           "keep = np.isfinite(a) & np.isfinite(o) & np.isfinite(r)", "keep = np.isfinite(a) | True", ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+           "keep = np.isfinite(a) & np.isfinite(o) & np.isfinite(r)", "keep = np.isfinite(a) | True", T_AUDIT_IV),
     Mutant("audit interval: the level ignored", "audit/verdict.py", "level=level,\n                   draws=draws",
-           "level=0.95,\n                   draws=draws", ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)),
+           "level=0.95,\n                   draws=draws", T_AUDIT_IV),
     Mutant("papers: the recovery columns read the quantisation share for relearning", "sweep/papers.py",
            'RECOVERY_COLUMNS = (("relearn", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
            'RECOVERY_COLUMNS = (("quantize", "relearning brings back ↓"), ("quantize", "quantisation brings back ↓"))',
            ("tests/sweep/test_export.py::test_recovery_cells_show_each_attacks_share_with_its_interval",)),
     Mutant("sweep: --start-before ignored", "sweep/run.py",
-           "if start_before_s is not None and time.perf_counter() - t0 >= start_before_s:", "if False:", ("tests/sweep/test_run.py::test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on",)),
+           "if start_before_s is not None and time.perf_counter() - t0 >= start_before_s:", "if False:",
+           ("tests/sweep/test_run.py::test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on",)),
     Mutant("sweep: a teacher map's layer sets not checked against the model", "sweep/run.py",
            'if d.key in ("method.forget_args.layers", "method.forget_args"):',
            'if d.key in ("method.forget_args.layers",):', ("tests/sweep/test_run.py::test_layer_sets_in_the_space_are_checked_against_the_model_before_any_trial",)),

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any, Mapping, Sequence
 
-from obliviate.eval.intervals import bootstrap
 from obliviate.report.page import page
 
 EPS = 1e-9
@@ -38,6 +37,8 @@ def share_interval(attacked: Any, original: Any, ref0: Any, *, level: float = 0.
     are left out, and so are draws where the share is undefined. None with fewer than 2 such rows or when the share
     of all of them is undefined."""
     import numpy as np
+
+    from obliviate.eval.intervals import bootstrap
 
     a, o, r = (np.asarray(x, dtype=np.float64) for x in (attacked, original, ref0))
     if not a.shape == o.shape == r.shape:
