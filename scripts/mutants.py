@@ -738,6 +738,11 @@ MUTANTS: list[Mutant] = [
     Mutant("sweep: a teacher map's layer sets not checked against the model", "sweep/run.py",
            'if d.key in ("method.forget_args.layers", "method.forget_args"):',
            'if d.key in ("method.forget_args.layers",):', ("tests/sweep/test_run.py::test_layer_sets_in_the_space_are_checked_against_the_model_before_any_trial",)),
+    Mutant("compare: --bar ignored", "sweep/compare.py",
+           'return dataclasses.replace(coll, sweep={**(coll.sweep or {}), "bar": dict(bar), BAR_GIVEN: True})',
+           "return coll", ("tests/sweep/test_compare.py::test_compare_judges_by_a_bar_given_on_the_command_line_and_refuses_a_bad_one",)),
+    Mutant("transfer: a bar given to compare is not written into the transfer sweep", "sweep/export.py",
+           'recorded = {**recorded, "bar": dict(bar)}', "recorded = recorded", (T_TRANSFER,)),
 ]
 
 

@@ -193,6 +193,36 @@ def test_each_recipe_meets_the_bar_again_on_the_held_out_rows_with_its_interval(
     assert "| passes the bar | settings |" in alone
 
 
+def test_compare_judges_by_a_bar_given_on_the_command_line_and_refuses_a_bad_one(tmp_path, capsys):
+    """--bar: the bests under another bar than the sweep's (a robustness check), said so in the report; a bar that is
+    not a YAML mapping, names an unknown key or a metric no run recorded is refused with exit 2 and nothing written;
+    over a sweep's folder it needs --out, so that the sweep's own report stays."""
+    from obliviate.cli import main
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    runs = {"target": {"metrics": {"forget_fact_recall": 0.9, "model_utility": 0.8, "forget_degenerate_share": 0.0}},
+            "ASU_KL": {"metrics": {"forget_fact_recall": 0.3, "model_utility": 0.79, "forget_degenerate_share": 0.0}}}
+    (demo / "results.json").write_text(json.dumps({"runs": runs}))
+    assert main(["compare", str(demo), "--out", str(tmp_path / "own")]) == 0
+    assert "| ASU_KL | ASU_KL (demo) |" in (tmp_path / "own/report.md").read_text()  # 0.79 >= 0.9 x 0.8
+    assert main(["compare", str(demo), "--out", str(tmp_path / "strict"), "--bar", "{keep: {model_utility: 0.99}}"]) == 0
+    text = (tmp_path / "strict/report.md").read_text()  # 0.79 < 0.99 x 0.8 = 0.792
+    assert "| ASU_KL | none found |" in text and "Bar (given with --bar, not the sweep’s own): " in text
+    assert "model_utility >= 0.99x the original's" in json.loads((tmp_path / "strict/compare.json").read_text())["bar"]
+    capsys.readouterr()
+    for bar, message in (("{keep: {model_utilty: 0.9}}", "model_utilty"), ("{limit: {x: 1}}", "unknown key(s) ['limit']"),
+                         ("[1, 2]", "expected a mapping"), ("{keep: [1", "is not YAML")):
+        assert main(["compare", str(demo), "--out", str(tmp_path / "bad"), "--bar", bar]) == 2
+        err = capsys.readouterr().err
+        assert message in err and not (tmp_path / "bad").exists(), err
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep/sweep.yaml").write_text("{}")
+    assert main(["compare", str(tmp_path / "sweep"), "--bar", "{keep: {model_utility: 0.5}}"]) == 2
+    assert "--bar: give --out DIR too" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["sweep.yaml"]
+
+
 @pytest.mark.parametrize("level", [0.0, 1.0, 2.0])
 def test_an_interval_level_outside_zero_one_is_refused(level, tmp_path):
     with pytest.raises(Exception, match="strictly between 0 and 1"):

@@ -134,6 +134,14 @@ def test_a_transfer_sweep_runs_each_selected_point_again_and_reproduces_its_numb
     assert miss_section["train"] == {"max_steps": 1, "lr": miss.params["train.lr"]}
     assert miss_section["alpha"] == miss.params["method.alpha"]
     (out / "sweep.yaml").write_text(recorded)
+    # the same bar given to compare (--bar) instead of written into the sweep: the same choice, and the transfer
+    # sweep carries that bar; the best configs follow it too (no best, no config)
+    strict = {**bar, "keep": {"model_utility": 0.0, "forget_rougeL_recall": 2.0}}
+    given: list[str] = []
+    write_transfer_config(out, tmp_path / "g.yaml", given.append, bar=strict)
+    assert given == missed and yaml.safe_load((tmp_path / "g.yaml").read_text())["bar"] == strict
+    assert (out / "sweep.yaml").read_text() == recorded
+    assert write_best_configs(out, tmp_path / "none", lambda s: None, bar=strict) == []
     npo, ga_section = raw["methods"]["NPO"], raw["methods"]["GA"]
     assert npo["forget_args"] == {"beta": best["params"]["method.forget_args.beta"], "delta": 0.5}
     assert npo["train"] == {"lr": best["params"]["train.lr"]}

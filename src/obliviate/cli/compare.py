@@ -24,9 +24,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write a sweep file that runs each method of the (first) sweep at the point it selected "
                         "(its best, else its nearest miss) with the same bar and repeats: change its `set` to see "
                         "whether the selection holds on other rows (another family of facts, another forget split)")
+    p.add_argument("--bar", metavar="YAML",
+                   help="judge the bests by this matched-utility bar instead of the sweep's own (the report, "
+                        "--best-configs and --transfer follow it): a YAML mapping {forget: EXPR, keep: {metric: share "
+                        "of θ0's}, at_most: {metric: ceiling}}, e.g. '{keep: {retain_rougeL_recall: 0.9}}'")
     p.add_argument("--audits", metavar="DIR",
                    help="add each best's audit to the report: DIR/<method>/audit/audit.json, as `obliviate unlearn "
                         "--config BEST.yaml audit.enabled=true output_dir=DIR/<method>` writes it")
+
+
+def _bar(text: str | None) -> dict | None:
+    """--bar's YAML as a mapping (its keys and metrics are checked against the trials later); None without it."""
+    if text is None:
+        return None
+    import yaml
+
+    example = "e.g. --bar '{keep: {retain_rougeL_recall: 0.9}, at_most: {forget_degenerate_share: 0.1}}'"
+    try:
+        bar = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ObliviateError(f"--bar: {text!r} is not YAML ({getattr(exc, 'problem', exc)}); {example}") from None
+    if not isinstance(bar, dict):
+        raise ObliviateError(f"--bar: expected a mapping {{forget, keep, at_most}}, got {text!r}; {example}")
+    return bar
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,19 +61,23 @@ def run(args: argparse.Namespace) -> int:
         from obliviate.sweep.export import check_transfer_file
 
         check_transfer_file(Path(args.transfer))
+    bar = _bar(args.bar)
+    if bar is not None and not args.out and (sweep / "sweep.yaml").is_file():
+        raise ObliviateError(f"--bar: give --out DIR too, so that the report in {sweep}, made with the sweep's own "
+                             "bar, stays as it is")
     out = args.out or (args.dirs[0] if (sweep / "sweep.yaml").is_file() else "obliviate-compare")
     audits = Path(args.audits) if args.audits else None
     if audits is not None and not audits.is_dir():
         raise ObliviateError(f"--audits: {audits} is not a folder; it holds one <method>/ run folder per audited best")
-    print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None, level=args.level, audits=audits)}")
+    print(f"wrote {write_compare(args.dirs, Path(out), log=lambda s: None, level=args.level, audits=audits, bar=bar)}")
     if args.best_configs:
         from obliviate.sweep.export import write_best_configs
 
-        written = write_best_configs(sweep, Path(args.best_configs))
+        written = write_best_configs(sweep, Path(args.best_configs), bar=bar)
         print(f"wrote {len(written)} best config{'s' if len(written) != 1 else ''} into {args.best_configs}")
     if args.transfer:
         from obliviate.sweep.export import write_transfer_config
 
-        print(f"wrote {write_transfer_config(sweep, Path(args.transfer))}: run it with obliviate sweep --config "
+        print(f"wrote {write_transfer_config(sweep, Path(args.transfer), bar=bar)}: run it with obliviate sweep --config "
               f"{args.transfer}")
     return 0

@@ -34,12 +34,26 @@ from obliviate.sweep.points import Collection, Point, collect, judged, seeds_of
 Log = Callable[[str], None]
 
 
+BAR_GIVEN = "bar_given"  # in a collection's sweep config: its bar came from `compare --bar`, not from the sweep
+
+
 def scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
-    """The bar and axes: the sweep's own, else the track's defaults."""
+    """The bar and axes: the sweep's own (or the one `with_bar` gave), else the track's defaults."""
 
     defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
     sweep = coll.sweep or {}
     return parse_bar(sweep.get("bar") or {}, defaults, None), parse_axes(sweep.get("report") or {}, defaults, None)
+
+
+def with_bar(coll: Collection, bar: Mapping[str, Any] | None) -> Collection:
+    """`coll` judged by `bar` (`compare --bar`: {forget, keep, at_most} over the track's defaults) instead of its
+    sweep's bar; a ConfigError when it names a metric no trial recorded (the names it may use listed)."""
+    if bar is None:
+        return coll
+    recorded = set(coll.original) | {k for p in coll.points for k in p.metrics}
+    defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
+    parse_bar(dict(bar), defaults, recorded)
+    return dataclasses.replace(coll, sweep={**(coll.sweep or {}), "bar": dict(bar), BAR_GIVEN: True})
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -316,7 +330,9 @@ def build_report(coll: Collection, level: float = 0.95,
     audit_lines, audited = audit_section(bests, audits) if audits is not None else ([], {})
     paper_lines, papers = papers_section(coll, bests, level, audited)
     lines += paper_lines + audit_lines
-    lines += ["## Best at matched utility", "", f"Bar: {bar.describe()}.", "",
+    given = (coll.sweep or {}).get(BAR_GIVEN)
+    lines += ["## Best at matched utility", "", f"Bar{' (given with --bar, not the sweep’s own)' if given else ''}: "
+              f"{bar.describe()}.", "",
               f"| method | trial | forget | utility | fluency | {bar.forget.text} over seeds | {level:.0%} interval "
               "(rows × seeds) | utility over seeds | seeds passing the bar | settings |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -395,12 +411,14 @@ def build_report(coll: Collection, level: float = 0.95,
 
 
 def write_compare(dirs: Sequence[str], out: Path, log: Log = print, storage: Any = None, level: float = 0.95,
-                  audits: Path | None = None) -> Path:
-    """Write report.md, report.html, the figures and compare.json into `out`; the report's path."""
+                  audits: Path | None = None, bar: Mapping[str, Any] | None = None) -> Path:
+    """Write report.md, report.html, the figures and compare.json into `out` (bests under `bar` when given, see
+    `with_bar`); the report's path."""
     check_level(level)
     coll = collect(dirs, storage)
     if not coll.points:
         raise ObliviateError(f"compare: {', '.join(dirs)} hold no finished runs or trials yet")
+    coll = with_bar(coll, bar)
     text, summary, figs = build_report(coll, level, audits)
     out.mkdir(parents=True, exist_ok=True)
     html_page = page("obliviate compare", markdown_body(text, dict(figs)))

@@ -11,7 +11,7 @@ sweep's selection read only its part.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -19,7 +19,7 @@ from obliviate.config import build, to_dict
 from obliviate.errors import ObliviateError
 from obliviate.eval.score import nearest_to_bar
 from obliviate.sweep.audits import slug
-from obliviate.sweep.compare import best_per_method, collect, scales
+from obliviate.sweep.compare import best_per_method, collect, scales, with_bar
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import CONFIG_FILE, plan_sweep
 from obliviate.sweep.space import MAP_KEY, trial_settings
@@ -42,19 +42,21 @@ def best_config(plan: Any, method: str, params: dict[str, Any], output_dir: str)
     return raw
 
 
-def write_best_configs(sweep_dir: Path, out: Path, log: Log = print) -> list[Path]:
-    """Write <out>/<method>.yaml for each method with a best trial in the sweep at `sweep_dir`; the paths written."""
+def write_best_configs(sweep_dir: Path, out: Path, log: Log = print, bar: Mapping[str, Any] | None = None
+                       ) -> list[Path]:
+    """Write <out>/<method>.yaml for each method with a best trial in the sweep at `sweep_dir` (under `bar` when
+    given: compare's with_bar); the paths written."""
     if not (sweep_dir / CONFIG_FILE).is_file():
         raise ObliviateError(f"--best-configs: {sweep_dir} is not a sweep directory (no {CONFIG_FILE}); pass the "
                              "output_dir of an `obliviate sweep`")
     recorded = yaml.safe_load((sweep_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
     plan = plan_sweep(build(SweepConfig, recorded))
-    coll = collect([str(sweep_dir)])
-    bar, _ = scales(coll)
+    coll = with_bar(collect([str(sweep_dir)]), bar)
+    judge, _ = scales(coll)
     written, raws = [], {}
-    for best in best_per_method(coll, bar):
+    for best in best_per_method(coll, judge):
         if best.point is None:
-            log(f"{best.method}: no trial passes the bar ({bar.describe()}), so no config")
+            log(f"{best.method}: no trial passes the bar ({judge.describe()}), so no config")
             continue
         if best.method not in plan.methods:
             raise ObliviateError(f"{sweep_dir}: the storage holds method {best.method!r}, which its {CONFIG_FILE} "
@@ -98,25 +100,28 @@ def check_transfer_file(out: Path) -> None:
         raise ObliviateError(f"--transfer: {out} should be a .yaml file (the sweep file to write)")
 
 
-def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print) -> Path:
+def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print, bar: Mapping[str, Any] | None = None
+                          ) -> Path:
     """Write `out`: a sweep file running each method of the sweep at `sweep_dir` at the point it selected (its best
     under the bar, else its nearest miss) as that method's only trial (`start_at_recipe`, an empty space), with the
-    same bar, objectives, repeats and held-out share; change its `set` (another family of facts, another forget
-    split) to see whether the selection carries over. Returns `out`."""
+    same bar (`bar` when given, which also selects), objectives, repeats and held-out share; change its `set`
+    (another family of facts, another forget split) to see whether the selection carries over. Returns `out`."""
     if not (sweep_dir / CONFIG_FILE).is_file():
         raise ObliviateError(f"--transfer: {sweep_dir} is not a sweep directory (no {CONFIG_FILE}); pass the "
                              "output_dir of an `obliviate sweep`")
     check_transfer_file(out)
     recorded = yaml.safe_load((sweep_dir / CONFIG_FILE).read_text(encoding="utf-8")) or {}
     plan = plan_sweep(build(SweepConfig, recorded))
-    coll = collect([str(sweep_dir)])
-    bar, _ = scales(coll)
+    coll = with_bar(collect([str(sweep_dir)]), bar)
+    judge, _ = scales(coll)
+    if bar is not None:
+        recorded = {**recorded, "bar": dict(bar)}
     methods, chosen = {}, []
-    for best in best_per_method(coll, bar):
+    for best in best_per_method(coll, judge):
         point, why = best.point, "its best"
         if point is None:
             pts = [p for p in coll.points if p.method == best.method and p.state == "complete" and p.repeat_of is None]
-            i = nearest_to_bar([p.metrics for p in pts], bar, coll.original)
+            i = nearest_to_bar([p.metrics for p in pts], judge, coll.original)
             if i is None:
                 log(f"{best.method}: no finished trial, left out")
                 continue
