@@ -743,6 +743,12 @@ MUTANTS: list[Mutant] = [
            "return coll", ("tests/sweep/test_compare.py::test_compare_judges_by_a_bar_given_on_the_command_line_and_refuses_a_bad_one",)),
     Mutant("transfer: a bar given to compare is not written into the transfer sweep", "sweep/export.py",
            'recorded = {**recorded, "bar": dict(bar)}', "recorded = recorded", (T_TRANSFER,)),
+    Mutant("tofu: utility elasticities from the parts, not their reciprocals", "eval/tofu.py",
+           "inverse = 1.0 / np.array(nums, dtype=np.float64)", "inverse = np.array(nums, dtype=np.float64)",
+           ("tests/eval/test_tofu.py::test_utility_elasticities_are_the_shares_of_the_reciprocal_sum",)),
+    Mutant("papers: the utility note names one part however little it carries", "sweep/papers.py",
+           "        if total > 0.5:\n            break", "        if total > 0.0:\n            break",
+           ("tests/sweep/test_compare.py::test_the_papers_table_says_which_parts_of_thetas_utility_it_leans_on",)),
 ]
 
 

@@ -24,6 +24,7 @@ from obliviate.eval.tofu import (
     retain_truth_ratio,
     rouge_recall,
     truth_ratio,
+    utility_elasticities,
 )
 from obliviate.modeling.logprobs import forward_stats
 from obliviate.modeling.tiny import tiny_llama, train_tokenizer
@@ -100,6 +101,19 @@ def test_model_utility_is_the_harmonic_mean_of_nine():
         model_utility(_utility_values(retain_rougeL_recall=None))
     with pytest.raises(ValueError, match="bad: real_authors_prob"):
         model_utility(_utility_values(real_authors_prob=-0.1))
+
+
+def test_utility_elasticities_are_the_shares_of_the_reciprocal_sum():
+    # eight parts at 1 and one at 0.1: 1/x sums to 8 + 10 = 18, so that part carries 10/18 and each other 1/18; a 1%
+    # rise of the small part raises the harmonic mean 9/18 = 0.5 by about 10/18 of 1%
+    values = {k: 1.0 for k in UTILITY_KEYS} | {"real_authors_rougeL_recall": 0.1}
+    weights = utility_elasticities(values)
+    assert weights["real_authors_rougeL_recall"] == pytest.approx(10 / 18)
+    assert weights["retain_prob"] == pytest.approx(1 / 18) and sum(weights.values()) == pytest.approx(1.0)
+    bumped = model_utility(values | {"real_authors_rougeL_recall": 0.1 * 1.0001})
+    assert (bumped / model_utility(values) - 1) / 1e-4 == pytest.approx(10 / 18, rel=1e-3)
+    assert utility_elasticities(values | {"retain_prob": 0.0}) == {}  # a zero part: MU is 0, nothing leans
+    assert utility_elasticities({k: 1.0 for k in UTILITY_KEYS[:8]}) == {}  # a part missing
 
 
 def test_rouge_recall_by_hand():

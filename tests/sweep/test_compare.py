@@ -286,6 +286,19 @@ def test_a_tofu_sweep_is_also_tabulated_in_the_papers_columns_over_seeds_on_the_
     assert summary["timing"]["NPO"] == {"median_s": 1800, "total_s": 5100, "n": 3, "cpu_median_s": 700, "cpu_n": 2}
 
 
+def test_the_papers_table_says_which_parts_of_thetas_utility_it_leans_on():
+    from obliviate.eval.tofu import UTILITY_KEYS
+    from obliviate.sweep.papers import utility_note
+
+    one = {k: 1.0 for k in UTILITY_KEYS} | {"real_authors_rougeL_recall": 0.1}  # 10 / 18 of it: over half alone
+    assert utility_note(one).startswith("What θ0's model utility leans on: real_authors_rougeL_recall (0.100) 56% of it;")
+    # two at 0.2: 5 / 17 = 29% each; the first is not over half, the two are
+    two = {k: 1.0 for k in UTILITY_KEYS} | {"real_authors_rougeL_recall": 0.2, "world_facts_prob": 0.2}
+    assert ("leans on: real_authors_rougeL_recall (0.200) 29% and world_facts_prob (0.200) 29% of it;"
+            in utility_note(two))
+    assert utility_note({"model_utility": 0.2}) is None  # θ0 without the parts: no sentence
+
+
 def test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows():
     """One seed with per-row values. Forget quality is the KS test of the two truth-ratio rows, drawn in pairs:
     [1, 10] vs [5, 6] gives p = 1 (D = 1/2) on the rows as they are and on the draws of both rows, 1/3 (D = 1, two

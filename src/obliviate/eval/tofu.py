@@ -133,6 +133,17 @@ def model_utility(values: Mapping[str, float | None]) -> float:
     return harmonic_mean(nums)
 
 
+def utility_elasticities(values: Mapping[str, float | None]) -> dict[str, float]:
+    """Each part's elasticity in model utility, d log MU / d log x_k = (1/x_k) / sum_j 1/x_j (they sum to 1): the
+    share of a relative change in part k that MU follows (a harmonic mean leans on its smallest parts); {} when a part
+    of UTILITY_KEYS is missing or not positive."""
+    nums = [values.get(k) for k in UTILITY_KEYS]
+    if any(v is None or not np.isfinite(v) or v <= 0 for v in nums):  # type: ignore[operator]
+        return {}
+    inverse = 1.0 / np.array(nums, dtype=np.float64)
+    return {k: float(w) for k, w in zip(UTILITY_KEYS, inverse / inverse.sum())}
+
+
 class _RememberingStemmer:
     """rouge_score's Porter stemmer with each word's stem remembered: the same stems, each word stemmed once
     (stemming is most of ROUGE's time on long generations)."""

@@ -20,7 +20,7 @@ from obliviate.audit.verdict import share_with_interval
 from obliviate.eval.aggregates import PARTS, parts_of, row_group, with_tofu_aggregates
 from obliviate.eval.intervals import Interval, bootstrap, paired, ratio_to_reference
 from obliviate.eval.score import with_forget_score
-from obliviate.eval.tofu import FQ_ROWS
+from obliviate.eval.tofu import FQ_ROWS, utility_elasticities
 from obliviate.sweep.points import Collection, judged, seeds_of
 
 Table = tuple[Mapping[str, Any], Mapping[str, Any]]  # one seed's (metrics, per-row values)
@@ -107,6 +107,23 @@ def recovery_cells(audit: Mapping[str, Any] | None) -> list[str]:
             for k, _ in RECOVERY_COLUMNS]
 
 
+def utility_note(original: Mapping[str, Any]) -> str | None:
+    """A sentence on what θ0's model utility leans on: its parts with the largest elasticities (eval/tofu.py) that
+    together carry over half of it; None when θ0 lacks a part."""
+    weights = sorted(utility_elasticities(original).items(), key=lambda kv: -kv[1])
+    if not weights:
+        return None
+    top, total = [], 0.0
+    for key, w in weights:
+        top.append(f"{key} ({num(float(original[key]))}) {w:.0%}")
+        total += w
+        if total > 0.5:
+            break
+    return (f"What θ0's model utility leans on: {' and '.join(top)} of it; a relative change of 10% in a part moves "
+            "utility by that share of 10% (its elasticity, d log MU / d log part; the nine parts' sum to 100%). A "
+            "harmonic mean follows its smallest parts: utility is only as steady as they are on these rows.")
+
+
 def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95,
                    audited: Mapping[str, Any] | None = None) -> tuple[list[str], dict[str, Any]]:
     """TOFU sweeps: the module's table for θ0, the retain model and each method at its recipe and at its best
@@ -138,6 +155,7 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95,
             lines.append(f"| {name} | {what} | | " + " | ".join([cell(ivs[k]) for k, _ in PAPER_COLUMNS]
                                                                + ["–"] * len(extra)) + " |")
             summary[name] = {"intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
+    note = utility_note(theta0[0])
     recipes = {p.method: p for p in coll.points if p.recipe and p.state == "complete"}
     for b in bests:
         rows = [("recipe", recipes.get(b.method)), ("best", b.point)]
@@ -158,4 +176,4 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95,
                 "trial": point.name, "seeds": len(seen),
                 "values": {k: [m.get(k) for m, _ in seen] for k, _ in PAPER_COLUMNS if k != RATIO},
                 "intervals": {k: dataclasses.asdict(iv) for k, iv in ivs.items()}}
-    return lines + [""], summary
+    return lines + ([""] + [note] if note else []) + [""], summary
