@@ -531,8 +531,7 @@ def test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampl
 
 def test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on(base_file, tmp_path):
     """--start-before S: once S seconds have passed since the worker began, it starts no trial (the one it runs ends
-    first); the same command again runs the rest. scripts/sweep_workers.sh with DRAIN=D gives each worker the seconds
-    from its start to D before the deadline: a deadline no further than D gives 0, and no trial starts."""
+    first); the same command again runs the rest."""
     methods = {"NPO": {"forget": "npo", "retain": "nll"}}
     out = tmp_path / "sw"
     cfg = _cfg(base_file, out, methods=methods, trials=2)
@@ -540,12 +539,19 @@ def test_a_worker_past_start_before_starts_no_trial_and_the_same_command_goes_on
     assert run_sweep(cfg, log=lines.append, start_before_s=0)["ran"] == 0
     assert "--start-before 0 s has passed: this worker starts no other trial" in lines
     assert run_sweep(cfg, log=lambda s: None, start_before_s=1e9)["outcomes"] == {"complete": 2}
+
+
+def test_sweep_workers_with_drain_start_no_trial_in_the_drained_seconds(base_file, tmp_path):
+    """scripts/sweep_workers.sh with DRAIN=D gives each worker --start-before: the seconds from its start to D before
+    the deadline, 0 when the deadline is no further than D, so that no trial starts; a DRAIN that is not a whole
+    number is refused before anything starts."""
+    methods = {"NPO": {"forget": "npo", "retain": "nll"}}
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump({**to_dict(_cfg(base_file, tmp_path / "unused", methods=methods, trials=1)),
                                       "output_dir": "unused"}))
     script = Path(__file__).resolve().parents[2] / "scripts" / "sweep_workers.sh"
-    done = subprocess.run(["bash", str(script), str(config), str(tmp_path / "sw2"), "1", "60"], capture_output=True,
-                          text=True, env={**os.environ, "PYTHON": sys.executable, "DRAIN": "60"})
+    done = subprocess.run(["bash", str(script), str(config), str(tmp_path / "sw2"), "1", "300"], capture_output=True,
+                          text=True, env={**os.environ, "DRAIN": "300"})
     log = (tmp_path / "sw2-logs" / "w1.log").read_text()
     assert done.returncode == 0, done.stderr + log
     assert "--start-before 0 s has passed" in log and "this worker ran 0 trial(s)" in log
