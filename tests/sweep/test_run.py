@@ -140,7 +140,9 @@ def test_a_failed_trial_is_recorded_with_its_error_and_the_sweep_goes_on(base_fi
     ({"storage": "journal:/no/such/dir/s.journal"}, "does not exist"),
     ({"methods": {"X": {"forget": "nope"}}}, "unknown forget objective 'nope'"),
     ({"bar": {"keep": {"min(a, b)": 0.9}}}, "bar.keep"),
-    ({"base": "no/such/base.yaml"}, "config file not found: no/such/base.yaml"),
+    ({"base": "no/such/base.yaml"}, r"base: no/such/base.yaml is not found from .*run it from there, or give base as "
+                                    "an absolute path"),
+    ({"base": "/no/such/base.yaml"}, "config file not found: /no/such/base.yaml"),
 ])
 def test_bad_input_is_one_clear_error_with_nothing_written(base_file, tmp_path, over, match):
     out = tmp_path / "sw"

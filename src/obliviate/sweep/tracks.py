@@ -93,6 +93,10 @@ def load_base(path: str, overrides: Mapping[str, Any]) -> tuple[str, Any]:
     if not path:
         raise ConfigError("base is empty: set base to the run config the trials start from (an unlearn config, "
                           "configs/demo.yaml or configs/demo_real.yaml)")
+    if not Path(path).is_file() and not Path(path).is_absolute():  # a sweep's recorded base: relative to where it ran
+        raise ConfigError(f"base: {path} is not found from {Path.cwd()}; a sweep's base is read relative to the "
+                          "folder the command runs in (the one the sweep ran in, for a recorded sweep.yaml): run it "
+                          "from there, or give base as an absolute path")
     raw = read_yaml(path)
     kind = detect_kind(raw)
     cls = {"knowledge": KnowledgeDemoConfig, "demo": DemoConfig, "unlearn": RunConfig}[kind]
