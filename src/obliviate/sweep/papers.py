@@ -120,7 +120,7 @@ def utility_note(original: Mapping[str, Any]) -> str | None:
         if total > 0.5:
             break
     return (f"What θ0's model utility leans on: {' and '.join(top)} of it; a relative change of 10% in a part moves "
-            "utility by that share of 10% (its elasticity, d log MU / d log part; the nine parts' sum to 100%). A "
+            "utility by that share of 10% (its elasticity, d log MU / d log part; the nine sum to 100%). A "
             "harmonic mean follows its smallest parts: utility is only as steady as they are on these rows.")
 
 
