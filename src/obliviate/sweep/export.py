@@ -66,7 +66,7 @@ def write_best_configs(sweep_dir: Path, out: Path, log: Log = print, bar: Mappin
     out.mkdir(parents=True, exist_ok=True)
     for method, (point, raw) in raws.items():  # every file checked before the first is written
         path = out / f"{slug(method)}.yaml"
-        head = (f"# {point.name} of the sweep in {sweep_dir}: its best under the bar ({bar.describe()}).\n"
+        head = (f"# {point.name} of the sweep in {sweep_dir}: its best under the bar ({judge.describe()}).\n"
                 f"# Run: {COMMAND[plan.track.kind]} {path}\n")
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(head + yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
