@@ -561,6 +561,10 @@ def test_sweep_workers_with_drain_start_no_trial_in_the_drained_seconds(base_fil
                          text=True, env={**os.environ, "DRAIN": "soon"})
     assert bad.returncode == 2 and "DRAIN must be a whole number of seconds, not 'soon'" in bad.stderr
     assert not (tmp_path / "sw3-logs").exists()
+    from obliviate.cli import main
+
+    assert main(["sweep", "--config", str(config), "--start-before", "-5", f"output_dir={tmp_path / 'sw4'}"]) == 2
+    assert not (tmp_path / "sw4").exists()  # refused before anything is written
 
 
 def test_layer_sets_in_the_space_are_checked_against_the_model_before_any_trial(base_file, tmp_path):

@@ -69,8 +69,8 @@ def share_with_interval(share: float | None, interval: Sequence[float] | None) -
     """share_text, then its interval's ends clipped the same way when there is one: '62% [40%, 81%]'."""
     if share is None or not interval:
         return share_text(share)
-    ends = [f"{100 * min(1.0, max(0.0, e)):.0f}%" for e in interval]
-    return f"{share_text(share)} [{ends[0]}, {ends[1]}]"
+    low, high = (share_text(e).rstrip("*") for e in interval)
+    return f"{share_text(share)} [{low}, {high}]"
 
 
 def num(x: float | None) -> str:

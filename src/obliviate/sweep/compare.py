@@ -37,10 +37,15 @@ Log = Callable[[str], None]
 BAR_GIVEN = "bar_given"  # in a collection's sweep config: its bar came from `compare --bar`, not from the sweep
 
 
+def track_defaults(coll: Collection) -> Any:
+    """The bar and axes a collection's track gives when its sweep sets none."""
+    return {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
+
+
 def scales(coll: Collection) -> tuple[Bar, dict[str, Expr]]:
     """The bar and axes: the sweep's own (or the one `with_bar` gave), else the track's defaults."""
 
-    defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
+    defaults = track_defaults(coll)
     sweep = coll.sweep or {}
     return parse_bar(sweep.get("bar") or {}, defaults, None), parse_axes(sweep.get("report") or {}, defaults, None)
 
@@ -51,7 +56,7 @@ def with_bar(coll: Collection, bar: Mapping[str, Any] | None) -> Collection:
     if bar is None:
         return coll
     recorded = set(coll.original) | {k for p in coll.points for k in p.metrics}
-    defaults = {"knowledge": KNOWLEDGE_DEFAULTS, "demo": DEMO_DEFAULTS}.get(coll.kind, UNLEARN_DEFAULTS)
+    defaults = track_defaults(coll)
     parse_bar(dict(bar), defaults, recorded)
     return dataclasses.replace(coll, sweep={**(coll.sweep or {}), "bar": dict(bar), BAR_GIVEN: True})
 
