@@ -24,19 +24,6 @@ from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-@pytest.fixture(scope="module")
-def base_file(tmp_path_factory, model_dir, facts_file):
-    """A knowledge demo config on the tiny model: forget fam_a, two methods."""
-    raw = {"kind": "knowledge", "model": {"path": str(model_dir)},
-           "knowledge": {"facts": str(facts_file), "forget_families": ["fam_a"], "max_new_tokens": 8, "batch_size": 8,
-                         "max_eval": 4},
-           "max_length": 64, "unlearn": {"max_steps": 4, "batch_size": 2, "lr": 1e-3, "progress": False},
-           "methods": {"GradDiff": {"forget": "ga", "retain": "nll"}, "NPO": {"forget": "npo", "retain": "nll"}}}
-    path = tmp_path_factory.mktemp("base") / "base.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
 def _cfg(base_file, out, **over):
     raw = {"base": str(base_file), "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
            "trials": 2, "sampler": "random", "output_dir": str(out)}

@@ -23,6 +23,13 @@ class SweepConfig:
                          "method.forget_args.*, method.retain_args.* (the error for an unknown key lists them)")
     objectives: list = setting([], "[{minimize: EXPR} | {maximize: EXPR}], EXPR a metric or an expression such as "
                               "min(neighbours_accuracy, retain_accuracy); empty: the track's forget and utility scores")
+    search: str = setting("objectives", "objectives (the sampler follows `objectives`) | bar (it minimises the bar's "
+                          "forget expression with the bar's conditions as constraints: the search looks where the "
+                          "verdict looks; `objectives` must then be empty)")
+    warm_start: str | None = setting(None, "the output_dir of a sweep whose finished trials start this one's studies "
+                                           "(copied, counted in the budget; only search, objectives, sampler, seed, "
+                                           "bar, report and study may differ): search another way without running "
+                                           "them again")
     trials: int = setting(8, "finished trials per method: every method gets the same number of trials and steps budget")
     sampler: str = setting("tpe", "tpe (Optuna's TPE; multi-objective with several objectives) | random | grid (every "
                              "combination of choices and stepped ranges; trials then at most the grid's size)")
@@ -68,6 +75,11 @@ class SweepConfig:
                 "heldout_share", self.heldout_share,
                 "strictly between 0 and 1 (e.g. 0.5: half of each group's rows select, the other half judge)")
         require(self.sampler in ("tpe", "random", "grid"), "sampler", self.sampler, "tpe, random or grid")
+        require(self.search in ("objectives", "bar"), "search", self.search, "objectives or bar")
+        require(not (self.search == "bar" and self.objectives), "objectives", self.objectives,
+                "empty with search: bar (the bar's forget expression is then the one objective)")
+        require(not (self.warm_start and self.sampler == "grid"), "warm_start", self.warm_start,
+                "null with sampler grid (a grid visits its own points)")
         require(self.eval_every_steps is None or self.eval_every_steps >= 1, "eval_every_steps",
                  self.eval_every_steps, ">= 1 or null")
         require(self.eval_rows >= 1, "eval_rows", self.eval_rows, ">= 1")

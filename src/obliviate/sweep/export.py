@@ -133,7 +133,8 @@ def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print, bar: Map
         chosen.append(f"{best.method}: {point.name} ({why})")
     if not methods:
         raise ObliviateError(f"--transfer: {sweep_dir} has no finished trial: run the sweep first")
-    skip = {"space", "trials", "start_at_recipe", "methods", "output_dir", "storage", "study", "overwrite"}
+    skip = {"space", "trials", "start_at_recipe", "methods", "output_dir", "storage", "study", "overwrite",
+            "warm_start"}
     raw = {k: v for k, v in recorded.items() if k not in skip}
     name = recorded.get("output_dir") or "obliviate-sweep"
     raw.update(methods=methods, space={}, trials=1, start_at_recipe=True, output_dir=f"{name}-transfer")

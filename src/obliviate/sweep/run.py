@@ -31,6 +31,7 @@ from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
+from obliviate.sweep.search import constrain, make_sampler, open_study, source_storage, warm_study
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
@@ -163,10 +164,11 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
         for name in methods:
             grid_space(dims, name)  # a float range without a step is an error here
     valid = track.metric_names()
-    objectives = _objectives(cfg.objectives, track.defaults.objectives, valid)
-    plan = SweepPlan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid),
-                parse_bar(cfg.bar, track.defaults, valid), parse_axes(cfg.report, track.defaults, valid), lines,
-                trains=trains)
+    bar = parse_bar(cfg.bar, track.defaults, valid)
+    objectives = [(False, bar.forget)] if cfg.search == "bar" else \
+        _objectives(cfg.objectives, track.defaults.objectives, valid)
+    plan = SweepPlan(cfg, track, methods, dims, objectives, _prune_rules(cfg.prune, valid), bar,
+                     parse_axes(cfg.report, track.defaults, valid), lines, trains=trains)
     if cfg.start_at_recipe:
         plan.recipes = {m: recipe_point(dims, methods[m], trains[m], m) for m in methods}
         plan.lines += [f"first trial of {m}: its recipe, {_describe(p)}" for m, p in plan.recipes.items()]
@@ -174,7 +176,10 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
                    f"({cfg.sampler})",
                    "space: " + ("; ".join(f"{d.key} ({d.kind}{' for ' + ','.join(d.methods) if d.methods else ''})"
                                           for d in dims) or "none (each method's base settings)"),
-                   "objectives: " + ", ".join(f"{'maximize' if up else 'minimize'} {e.text}" for up, e in objectives)]
+                   "objectives: " + ", ".join(f"{'maximize' if up else 'minimize'} {e.text}" for up, e in objectives)
+                   + (f" (search: bar; constraints: {bar.describe()})" if cfg.search == "bar" else "")]
+    if cfg.warm_start:
+        plan.lines.append(f"warm start: the finished trials of the sweep in {cfg.warm_start}")
     return plan
 
 
@@ -221,17 +226,6 @@ def prepare_output(cfg: SweepConfig) -> bool:
 
 # --- the worker ----------------------------------------------------------------------------------------------
 
-def _sampler(cfg: SweepConfig, plan: SweepPlan, method: str, n_trials: int) -> Any:
-    """The method's sampler, seeded by the sweep seed, the method and the trials so far (reproducible per study,
-    and two workers asking at different points draw different values)."""
-    import optuna
-
-    seed = (cfg.seed * 1_000_003 + sum(map(ord, method)) * 7919 + n_trials) % 2**31
-    if cfg.sampler in ("random", "grid"):  # grid: the points are enqueued (grid_point), the sampler fills nothing
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, cfg.trials // 3)))
-
-
 def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | None:
     """The first grid point (in a fixed order) that no counted trial of the study has taken, or None."""
     space = grid_space(plan.dims, method)
@@ -244,12 +238,14 @@ def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | Non
     return None
 
 
-def _study(storage: Any, plan: SweepPlan, method: str, sampler: Any = None) -> Any:
-    import optuna
-
-    directions = ["maximize" if up else "minimize" for up, _ in plan.objectives]
-    return optuna.create_study(storage=storage, study_name=plan.study_name(method), directions=directions,
-                               sampler=sampler, load_if_exists=True)
+def _warm_source(cfg: SweepConfig) -> tuple[Any, str]:
+    """The storage and study prefix of the sweep `warm_start` names, checked before anything is written."""
+    saved = Path(cfg.warm_start or "") / CONFIG_FILE
+    if not saved.is_file():
+        raise ObliviateError(f"warm_start: {cfg.warm_start} is not a sweep's folder (no {CONFIG_FILE}); name the "
+                             "output_dir of the sweep whose trials start this one")
+    recorded = as_recorded(yaml.safe_load(saved.read_text(encoding="utf-8")) or {})
+    return source_storage(cfg, recorded, json.loads(json.dumps(_saved_config(cfg))))
 
 
 def _check_study(study: Any, plan: SweepPlan) -> None:
@@ -352,6 +348,7 @@ def run_trial(plan: SweepPlan, study: Any, trial: Any, method: str, log: Log) ->
         study.tell(trial, state=TrialState.FAIL)
         log(f"{label}: failed ({trial.user_attrs['error']})")
         return "failed"
+    constrain(plan, study, trial, res.metrics)
     study.tell(trial, values)
     shown = ", ".join(f"{e.text} {v:.3f}" for v, (_, e) in zip(values, plan.objectives))
     log(f"{label}: {shown} ({res.seconds:.0f} s)")
@@ -419,6 +416,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if storage:
         cfg = dataclasses.replace(cfg, storage=storage)
     plan = plan_sweep(cfg)
+    source = _warm_source(cfg) if cfg.warm_start else None
     url = storage_url(cfg)
     shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
     resumed = prepare_output(cfg)
@@ -426,7 +424,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     for line in plan.lines:
         log(f"  {line}")
     log(f"storage: {url} ({'resumed' if resumed else 'new output directory'}); worker {WORKER}")
-    studies = {m: _study(store, plan, m) for m in plan.methods}
+    studies = {m: open_study(store, plan, m) if source is None else warm_study(store, plan, m, source,
+                                                                              cfg.stale_after_s) for m in plan.methods}
     for method, study in studies.items():
         _check_study(study, plan)
         if method in plan.recipes and not study.get_trials(deepcopy=False) and not study.user_attrs.get("recipe"):
@@ -477,7 +476,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
                 continue
             break
         n = len(studies[method].get_trials(deepcopy=False))
-        study = _study(store, plan, method, _sampler(cfg, plan, method, n))
+        study = open_study(store, plan, method, make_sampler(cfg, method, n))
         if cfg.sampler == "grid" and not _repeat_due(plan, study):
             point = grid_point(plan, study, method)
             if point is not None:

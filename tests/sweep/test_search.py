@@ -1,0 +1,142 @@
+"""How a sweep searches: the bar as objective and constraints (`search: bar`), and warm starts from another sweep."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+
+from obliviate.config import build
+from obliviate.errors import ConfigError, ObliviateError
+from obliviate.eval.score import Bar, parse_expr
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.run import plan_sweep, run_sweep
+from obliviate.sweep.search import MISSING, bar_constraints
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _bar() -> Bar:
+    return Bar(parse_expr("f"), {"u": 0.9, "v": 0.5}, {"d": 0.1})
+
+
+def test_the_bars_conditions_become_constraint_values_worked_by_hand():
+    original = {"u": 0.5, "v": 0.0}
+    keys = ["keep.u", "keep.v", "at_most.d"]
+    # u: (0.9·0.5 − 0.4) / 0.5 = 0.1 short; v: θ0 is 0, so absolute: 0.5·0 − 0.2 = −0.2; d: 0.3 − 0.1 = 0.2 over
+    got = bar_constraints(_bar(), {"u": 0.4, "v": 0.2, "d": 0.3}, original)
+    assert list(got) == keys and list(got.values()) == pytest.approx([0.1, -0.2, 0.2])
+    # kept: u (0.45 − 0.5) / 0.5 = −0.1, d 0.05 − 0.1 = −0.05
+    got = bar_constraints(_bar(), {"u": 0.5, "v": 0.0, "d": 0.05}, original)
+    assert list(got.values()) == pytest.approx([-0.1, 0.0, -0.05])
+    # a missing or NaN value (or θ0's) breaks its condition by MISSING; booleans are not numbers
+    assert bar_constraints(_bar(), {"v": math.nan, "d": True}, {"v": 1.0}) == dict.fromkeys(keys, MISSING)
+
+
+def test_tpe_proposes_from_the_best_trials_that_keep_the_bar_not_the_best_that_break_it():
+    """Trials whose lowest forget values break the bar's keep condition (x < 0.5): TPE's good side is the feasible
+    ones when the trials carry bar_constraints, the lowest values when they carry none."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    bar, dist = Bar(parse_expr("f"), {"u": 0.5}, {}), {"x": FloatDistribution(0.0, 1.0)}
+    chosen = {}
+    for constrained in (True, False):
+        study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
+        for i in range(20):
+            x = i / 20
+            study.add_trial(create_trial(value=x, params={"x": x}, distributions=dist, constraints=bar_constraints(
+                bar, {"u": x}, {"u": 1.0}) if constrained else None))
+        chosen[constrained] = []
+        for _ in range(10):
+            trial = study.ask({"x": dist["x"]})
+            chosen[constrained].append(trial.params["x"])
+            study.tell(trial, state=TrialState.FAIL)
+    assert sum(x >= 0.5 for x in chosen[True]) >= 8 and sum(x >= 0.5 for x in chosen[False]) <= 2
+
+
+def _cfg(base_file, out, **over):
+    raw = {"base": str(base_file), "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True}},
+           "trials": 2, "sampler": "random", "output_dir": str(out)}
+    raw.update(over)
+    return build(SweepConfig, raw)
+
+
+def test_search_bar_makes_the_bars_forget_the_one_objective(base_file, tmp_path):
+    plan = plan_sweep(_cfg(base_file, tmp_path / "o", search="bar", bar={"forget": "forget_accuracy"}))
+    assert [(up, e.text) for up, e in plan.objectives] == [(False, "forget_accuracy")]
+    assert any("search: bar" in line and "neighbours_accuracy >= 0.9x" in line for line in plan.lines)
+    with pytest.raises(ConfigError, match="objectives.*empty with search: bar"):
+        _cfg(base_file, tmp_path / "o", search="bar", objectives=[{"minimize": "forget_score"}])
+    with pytest.raises(ConfigError, match="search='best'.*objectives or bar"):
+        _cfg(base_file, tmp_path / "o", search="best")
+
+
+def _study(out: Path, method: str) -> optuna.Study:
+    return optuna.load_study(study_name=f"sweep/{method}", storage=f"sqlite:///{out.resolve() / 'sweep.db'}")
+
+
+def test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_the_rest(base_file, tmp_path):
+    first = tmp_path / "first"
+    run_sweep(_cfg(base_file, first, repeats=1), log=lambda s: None)  # 2 trials + 1 repeat per method
+    lines: list[str] = []
+    second = tmp_path / "second"
+    res = run_sweep(_cfg(base_file, second, repeats=1, trials=3, sampler="tpe", search="bar",
+                         warm_start=str(first)), log=lines.append)
+    assert any("recorded in the storage by an earlier worker, not repeated" in s for s in lines)  # θ0 copied too
+    plan = plan_sweep(_cfg(base_file, second, search="bar"))
+    for method in ("GradDiff", "NPO"):
+        old, new = _study(first, method), _study(second, method)
+        before, after = old.get_trials(), new.get_trials()
+        assert len(after) >= 4 and after[3].user_attrs.get("copied_from") is None  # 3 copied, then its own
+        original = old.user_attrs["original"]
+        assert new.user_attrs["original"] == original and new.user_attrs["warm_start"]["trials"] == 3
+        for a, b in zip(before, after[:3]):
+            assert b.user_attrs["copied_from"] == f"sweep/{method} #{a.number}" and b.params == a.params
+            assert b.user_attrs["metrics"] == a.user_attrs["metrics"]
+            assert b.values == pytest.approx([a.user_attrs["metrics"]["forget_score"]])  # rescored: one objective
+            assert b.constraints == pytest.approx(bar_constraints(plan.bar, a.user_attrs["metrics"], original))
+        rep = before[2]  # the repeat points at its best by number, in the new study too
+        assert after[2].user_attrs["repeat_of"] == rep.user_attrs["repeat_of"]
+        own = after[3]  # run by the constrained TPE: Optuna recorded its constraints from the bar
+        assert own.state.name == "COMPLETE" and own.values == pytest.approx([own.user_attrs["metrics"]["forget_score"]])
+        assert own.constraints == pytest.approx(bar_constraints(plan.bar, own.user_attrs["metrics"], original))
+    assert res["ran"] >= 2  # one new trial per method (and the repeats a new best needs), not the copied ones again
+
+
+def test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repeats(base_file, tmp_path):
+    from optuna.trial import TrialState
+
+    first = tmp_path / "first"
+    run_sweep(_cfg(base_file, first, repeats=1), log=lambda s: None)
+    study = _study(first, "GradDiff")
+    trials = study.get_trials()
+    stale = optuna.trial.create_trial(state=TrialState.FAIL, params=trials[0].params,
+                                      distributions=trials[0].distributions, user_attrs={"stale": True})
+    study.add_trial(stale)  # a worker stopped mid-trial: failed as stale (done again later); then another repeat
+    study.add_trial(optuna.trial.create_trial(values=list(trials[2].values), params=trials[2].params,
+                                              distributions=trials[2].distributions,
+                                              user_attrs={**trials[2].user_attrs, "seed": 7}))
+    second = tmp_path / "second"
+    run_sweep(_cfg(base_file, second, repeats=1, trials=2, warm_start=str(first)), log=lambda s: None)
+    after = _study(second, "GradDiff").get_trials()
+    assert [t.user_attrs["copied_from"] for t in after[:4]] == ["sweep/GradDiff #0", "sweep/GradDiff #1",
+                                                                "sweep/GradDiff #2", "sweep/GradDiff #4"]
+    assert after[3].user_attrs["repeat_of"] == trials[2].user_attrs["repeat_of"]
+    assert after[2].values == pytest.approx(trials[2].values)  # same objectives: the same values
+
+
+def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written(base_file, tmp_path):
+    first = tmp_path / "first"
+    run_sweep(_cfg(base_file, first), log=lambda s: None)
+    out = tmp_path / "second"
+    with pytest.raises(ObliviateError, match=r"differs from this one in \['set'\].*only objectives"):
+        run_sweep(_cfg(base_file, out, warm_start=str(first), set={"unlearn.max_steps": 2}), log=lambda s: None)
+    with pytest.raises(ObliviateError, match="not a sweep's folder"):
+        run_sweep(_cfg(base_file, out, warm_start=str(tmp_path)), log=lambda s: None)
+    with pytest.raises(ObliviateError, match="this sweep's own output_dir"):
+        run_sweep(_cfg(base_file, first, warm_start=str(first), search="bar"), log=lambda s: None)
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="warm_start.*null with sampler grid"):
+        _cfg(base_file, out, warm_start=str(first), sampler="grid")
