@@ -61,7 +61,10 @@ T_AGG = ("tests/eval/test_aggregates.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
 T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)
-
+T_SEARCH = "tests/sweep/test_search.py::"
+T_BARC = T_SEARCH + "test_the_bars_conditions_become_constraint_values_worked_by_hand"
+T_WARM = T_SEARCH + "test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_the_rest"
+T_WARM_SKIP = T_SEARCH + "test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repeats"
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
     Mutant("loop: rule always sum", "train/loop.py", "combine_into(plan.rule, g_f, g_r", "combine_into('sum', g_f, g_r", T_LOOP),
@@ -750,7 +753,29 @@ MUTANTS: list[Mutant] = [
     Mutant("papers: the utility note names one part however little it carries", "sweep/papers.py",
            "        if total > 0.5:\n            break", "        if total > 0.0:\n            break",
            ("tests/sweep/test_compare.py::test_the_papers_table_says_which_parts_of_thetas_utility_it_leans_on",)),
+    # issue 33: the search minimises what the verdict minimises, and starts from another sweep's trials
+    Mutant("search bar: a keep condition's shortfall with the wrong sign", "sweep/search.py",
+           "(share * ref - value) / (abs(ref) or 1.0)", "(value - share * ref) / (abs(ref) or 1.0)", (T_BARC,)),
+    Mutant("search bar: a keep condition's shortfall not in shares of θ0's value", "sweep/search.py",
+           "(share * ref - value) / (abs(ref) or 1.0)", "(share * ref - value)", (T_BARC,)),
+    Mutant("search bar: the bar's forget maximised", "sweep/run.py",
+           'objectives = [(False, bar.forget)] if cfg.search == "bar"', 'objectives = [(True, bar.forget)] if cfg.search == "bar"',
+           (T_SEARCH + "test_search_bar_makes_the_bars_forget_the_one_objective",)),
+    Mutant("search bar: no constraints recorded on a trial", "sweep/search.py",
+           'if plan.cfg.search == "bar":\n        for key', 'if False:\n        for key', (T_WARM,)),
+    Mutant("warm start: copied trials keep the other sweep's objective values", "sweep/search.py",
+           "values = [e(metrics) for _, e in plan.objectives]", "values = list(t.values)", (T_WARM,)),
+    Mutant("warm start: a repeat keeps its best's number in the other study", "sweep/search.py",
+           'ua["repeat_of"] = numbers[ua["repeat_of"]]', "pass", (T_WARM_SKIP,)),
+    Mutant("warm start: trials that never used the budget copied too", "sweep/search.py",
+           "if not counts(t) or t.state == TrialState.RUNNING:", "if t.state == TrialState.RUNNING:", (T_WARM_SKIP,)),
+    Mutant("warm start: another sweep's trials accepted", "sweep/search.py",
+           "if k not in SEARCH_ONLY and recorded.get(k) != mine.get(k))", "if False)",
+           (T_SEARCH + "test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written",)),
+    Mutant("warm start: θ0's evaluation not copied", "sweep/search.py",
+           'elif key not in ("config", WARM_DONE):', 'elif key == "recipe":', (T_WARM,)),
 ]
+
 
 
 def _restore(path: Path) -> None:

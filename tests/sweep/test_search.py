@@ -106,25 +106,29 @@ def test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_
 
 
 def test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repeats(base_file, tmp_path):
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState, create_trial
 
     first = tmp_path / "first"
-    run_sweep(_cfg(base_file, first, repeats=1), log=lambda s: None)
+    run_sweep(_cfg(base_file, first, trials=1), log=lambda s: None)
     study = _study(first, "GradDiff")
-    trials = study.get_trials()
-    stale = optuna.trial.create_trial(state=TrialState.FAIL, params=trials[0].params,
-                                      distributions=trials[0].distributions, user_attrs={"stale": True})
-    study.add_trial(stale)  # a worker stopped mid-trial: failed as stale (done again later); then another repeat
-    study.add_trial(optuna.trial.create_trial(values=list(trials[2].values), params=trials[2].params,
-                                              distributions=trials[2].distributions,
-                                              user_attrs={**trials[2].user_attrs, "seed": 7}))
+    done = study.get_trials()[0]
+
+    def like(**kw):
+        return create_trial(params=done.params, distributions=done.distributions, **kw)
+
+    # #1 a worker stopped mid-trial (failed as stale, done again as #2), #3 a repeat of #2 with another seed
+    study.add_trial(like(state=TrialState.FAIL, user_attrs={"stale": True}))
+    study.add_trial(like(values=[0.5, 0.25], user_attrs={"metrics": {"forget_score": 0.5}}))
+    study.add_trial(like(values=[0.4, 0.25], user_attrs={"metrics": {"forget_score": 0.4}, "repeat_of": 2, "seed": 1}))
     second = tmp_path / "second"
-    run_sweep(_cfg(base_file, second, repeats=1, trials=2, warm_start=str(first)), log=lambda s: None)
+    res = run_sweep(_cfg(base_file, second, trials=2, warm_start=str(first), search="bar"), log=lambda s: None)
+    assert res["ran"] == 1  # copied trials use the budget: GradDiff's 2 are in, NPO runs its second
     after = _study(second, "GradDiff").get_trials()
-    assert [t.user_attrs["copied_from"] for t in after[:4]] == ["sweep/GradDiff #0", "sweep/GradDiff #1",
-                                                                "sweep/GradDiff #2", "sweep/GradDiff #4"]
-    assert after[3].user_attrs["repeat_of"] == trials[2].user_attrs["repeat_of"]
-    assert after[2].values == pytest.approx(trials[2].values)  # same objectives: the same values
+    assert [t.user_attrs["copied_from"] for t in after] == ["sweep/GradDiff #0", "sweep/GradDiff #2",
+                                                            "sweep/GradDiff #3"]
+    assert after[2].user_attrs["repeat_of"] == 1 and after[2].values == [0.4]  # #2 is #1 here
+    assert after[1].constraints == dict.fromkeys(["keep.neighbours_accuracy", "keep.retain_accuracy",
+                                                  "at_most.forget_degenerate_share"], MISSING)  # no such metrics
 
 
 def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written(base_file, tmp_path):
