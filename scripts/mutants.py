@@ -774,6 +774,13 @@ MUTANTS: list[Mutant] = [
            (T_SEARCH + "test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written",)),
     Mutant("warm start: θ0's evaluation not copied", "sweep/search.py",
            'elif key not in ("config", WARM_DONE):', 'elif key == "recipe":', (T_WARM,)),
+    Mutant("tpe: a best's repeats shown to the sampler", "sweep/search.py",
+           "if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not is_repeat(t)])",
+           "if t.state in (TrialState.COMPLETE, TrialState.PRUNED)])",
+           (T_SEARCH + "test_tpe_proposes_from_one_trial_per_setting_so_a_bests_repeats_do_not_push_it_away",)),
+    Mutant("queue: a trial queued beside one that waits", "sweep/search.py",
+           "if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):\n        return",
+           "if False:\n        return", (T_SEARCH + "test_a_waiting_trial_goes_first_and_nothing_else_is_queued",)),
 ]
 
 

@@ -144,3 +144,58 @@ def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing
     assert not out.exists()
     with pytest.raises(ConfigError, match="warm_start.*null with sampler grid"):
         _cfg(base_file, out, warm_start=str(first), sampler="grid")
+
+
+def _lr_study(waiting: bool = False) -> tuple[optuna.Study, dict]:
+    """Five settings, the best (lr 8e-3, forget 0.0) run again twice as repeats (0.05, 0.1)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    dist = {"train.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    study = optuna.create_study(direction="minimize")
+    for lr, value in [(1e-4, 1.0), (2e-4, 0.9), (5e-4, 0.8), (1e-3, 0.7), (8e-3, 0.0)]:
+        study.add_trial(create_trial(value=value, params={"train.lr": lr}, distributions=dist))
+    for value in (0.05, 0.1):
+        study.add_trial(create_trial(value=value, params={"train.lr": 8e-3}, distributions=dist,
+                                     user_attrs={"repeat_of": 4}))
+    if waiting:
+        study.enqueue_trial({"train.lr": 3e-4})
+    return study, dist
+
+
+def _lr_plan():
+    from types import SimpleNamespace
+
+    from obliviate.config import TrainConfig
+    from obliviate.sweep.space import parse_space
+
+    dims = parse_space({"train.lr": {"float": [1e-4, 1e-2], "log": True}}, {"M": {}}, TrainConfig())
+    return SimpleNamespace(dims=dims, objectives=[(False, None)], cfg=SimpleNamespace(sampler="tpe"))
+
+
+def test_tpe_proposes_from_one_trial_per_setting_so_a_bests_repeats_do_not_push_it_away():
+    """Shown the repeats, TPE's good side is the best alone and two of the three trials at lr 8e-3 sit on its bad
+    side: it proposes about 2e-3 (log10 -2.7); from the trials without repeats it proposes near 8e-3 (-2.1)."""
+    from obliviate.sweep.search import queue_next
+
+    ours, plain = [], []
+    for seed in range(3):
+        study, dist = _lr_study()
+        queue_next(study, _lr_plan(), "M", optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+        ours.append(math.log10(study.ask().suggest_float("train.lr", 1e-4, 1e-2, log=True)))
+        study, _ = _lr_study()
+        study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+        plain.append(math.log10(study.ask().suggest_float("train.lr", 1e-4, 1e-2, log=True)))
+    assert all(abs(x - math.log10(8e-3)) < 0.2 for x in ours), ours
+    assert all(abs(x - math.log10(8e-3)) > 0.3 for x in plain), plain  # what the fix is for
+
+
+def test_a_waiting_trial_goes_first_and_nothing_else_is_queued():
+    from optuna.trial import TrialState
+
+    from obliviate.sweep.search import queue_next
+
+    study, _ = _lr_study(waiting=True)
+    queue_next(study, _lr_plan(), "M", optuna.samplers.TPESampler(seed=0, n_startup_trials=4))
+    waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [{"train.lr": 3e-4}]

@@ -13,7 +13,6 @@ by default, any database URL or a journal file for workers on several machines.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import time
@@ -31,7 +30,7 @@ from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
-from obliviate.sweep.search import constrain, make_sampler, open_study, source_storage, warm_study
+from obliviate.sweep.search import constrain, make_sampler, open_study, queue_next, source_storage, warm_study
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
@@ -225,18 +224,6 @@ def prepare_output(cfg: SweepConfig) -> bool:
 
 
 # --- the worker ----------------------------------------------------------------------------------------------
-
-def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | None:
-    """The first grid point (in a fixed order) that no counted trial of the study has taken, or None."""
-    space = grid_space(plan.dims, method)
-    keys = sorted(space)
-    taken = {json.dumps([t.params.get(k) for k in keys]) for t in study.get_trials(deepcopy=False)
-             if counts(t) and not is_repeat(t)}
-    for combo in itertools.product(*(space[k] for k in keys)):
-        if json.dumps(list(combo)) not in taken:
-            return dict(zip(keys, combo))
-    return None
-
 
 def _warm_source(cfg: SweepConfig) -> tuple[Any, str]:
     """The storage and study prefix of the sweep `warm_start` names, checked before anything is written."""
@@ -477,10 +464,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
             break
         n = len(studies[method].get_trials(deepcopy=False))
         study = open_study(store, plan, method, make_sampler(cfg, method, n))
-        if cfg.sampler == "grid" and not _repeat_due(plan, study):
-            point = grid_point(plan, study, method)
-            if point is not None:
-                study.enqueue_trial(point)
+        queue_next(study, plan, method, make_sampler(cfg, method, n))
         trial = study.ask()
         if surplus(study, trial, plan.budget(method)):
             from optuna.trial import TrialState

@@ -8,6 +8,8 @@ untouched models.
 """
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import time
 from pathlib import Path
@@ -16,8 +18,9 @@ from typing import Any, Mapping
 from obliviate.errors import ObliviateError
 from obliviate.eval.score import Bar
 from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.space import grid_space
 from obliviate.sweep.storage import STORAGE_FILE, open_storage
-from obliviate.sweep.workers import counts
+from obliviate.sweep.workers import counts, is_repeat
 
 SweepPlan = Any  # sweep.run's SweepPlan (run imports this module)
 
@@ -63,6 +66,51 @@ def make_sampler(cfg: SweepConfig, method: str, n_trials: int) -> Any:
     if cfg.sampler in ("random", "grid"):  # grid: the points are enqueued (grid_point), the sampler fills nothing
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, cfg.trials // 3)))
+
+
+def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | None:
+    """The first grid point (in a fixed order) that no counted trial of the study has taken, or None."""
+    space = grid_space(plan.dims, method)
+    keys = sorted(space)
+    taken = {json.dumps([t.params.get(k) for k in keys]) for t in study.get_trials(deepcopy=False)
+             if counts(t) and not is_repeat(t)}
+    for combo in itertools.product(*(space[k] for k in keys)):
+        if json.dumps(list(combo)) not in taken:
+            return dict(zip(keys, combo))
+    return None
+
+
+def queue_next(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
+    """Before a trial is asked, unless one already waits (a recipe, a repeat: it goes first): queue the grid's next
+    point (sampler grid), or the point TPE proposes from the trials without their repeats (enqueue_proposal)."""
+    from optuna.trial import TrialState
+
+    if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+        return
+    if plan.cfg.sampler == "grid":
+        point = grid_point(plan, study, method)
+        if point is not None:
+            study.enqueue_trial(point)
+    elif plan.cfg.sampler == "tpe":
+        enqueue_proposal(study, plan, method, sampler)
+
+
+def enqueue_proposal(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
+    """Queue the point `sampler` proposes from the study's finished trials with the repeats left out. A repeat runs a setting again with another seed; shown
+    to TPE it would count the chosen point's neighbourhood as bad (with 6-12 trials TPE's good side holds one or two
+    trials, and a best with two repeats is three trials at one point), so the sampler sees one trial per setting, as
+    the selection does."""
+    import optuna
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    view = optuna.create_study(directions=directions(plan), sampler=sampler)  # in memory, for this proposal only
+    view.add_trials([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not is_repeat(t)])
+    proposal = view.ask()
+    for d in plan.dims:
+        if d.applies(method):
+            d.suggest(proposal)
+    study.enqueue_trial(proposal.params)
 
 
 def directions(plan: SweepPlan) -> list[str]:
