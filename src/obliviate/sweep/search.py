@@ -96,10 +96,10 @@ def queue_next(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
 
 
 def enqueue_proposal(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
-    """Queue the point `sampler` proposes from the study's finished trials with the repeats left out. A repeat runs a setting again with another seed; shown
-    to TPE it would count the chosen point's neighbourhood as bad (with 6-12 trials TPE's good side holds one or two
-    trials, and a best with two repeats is three trials at one point), so the sampler sees one trial per setting, as
-    the selection does."""
+    """Queue the point `sampler` proposes from the study's finished trials with the repeats left out. A repeat runs
+    a setting again with another seed; shown to TPE it would count the chosen point's neighbourhood as bad (with
+    6-12 trials TPE's good side holds one or two trials, and a best with two repeats is three trials at one point),
+    so the sampler sees one trial per setting, as the selection does."""
     import optuna
     from optuna.trial import TrialState
 
