@@ -779,7 +779,7 @@ MUTANTS: list[Mutant] = [
            "if t.state in (TrialState.COMPLETE, TrialState.PRUNED)])",
            (T_SEARCH + "test_tpe_proposes_from_one_trial_per_setting_so_a_bests_repeats_do_not_push_it_away",)),
     Mutant("queue: a trial queued beside one that waits", "sweep/search.py",
-           "if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):\n        return",
+           "if any(t.state == TrialState.WAITING for t in trials):\n        return",
            "if False:\n        return", (T_SEARCH + "test_a_waiting_trial_goes_first_and_nothing_else_is_queued",)),
 ]
 

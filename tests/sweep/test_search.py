@@ -11,6 +11,7 @@ from obliviate.config import build
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.eval.score import Bar, parse_expr
 from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.points import collect
 from obliviate.sweep.run import plan_sweep, run_sweep
 from obliviate.sweep.search import MISSING, bar_constraints
 
@@ -141,6 +142,13 @@ def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing
         run_sweep(_cfg(base_file, out, warm_start=str(tmp_path)), log=lambda s: None)
     with pytest.raises(ObliviateError, match="this sweep's own output_dir"):
         run_sweep(_cfg(base_file, first, warm_start=str(first), search="bar"), log=lambda s: None)
+    never = tmp_path / "never"  # a sweep's folder whose storage was never made
+    never.mkdir()
+    (never / "sweep.yaml").write_text((first / "sweep.yaml").read_text())
+    with pytest.raises(ObliviateError, match="has no sweep.db: the sweep to copy from never ran"):
+        run_sweep(_cfg(base_file, out, warm_start=str(never)), log=lambda s: None)
+    with pytest.raises(ObliviateError, match="no storage yet"):
+        collect([str(never)])
     assert not out.exists()
     with pytest.raises(ConfigError, match="warm_start.*null with sampler grid"):
         _cfg(base_file, out, warm_start=str(first), sampler="grid")

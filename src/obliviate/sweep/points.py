@@ -10,7 +10,7 @@ import yaml
 
 from obliviate.errors import ObliviateError
 from obliviate.report.html import load_results
-from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS, STORAGE_FILE, open_storage
+from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS, STORAGE_FILE, open_storage, recorded_url
 
 
 @dataclass
@@ -55,8 +55,8 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
 
     cfg = yaml.safe_load((directory / "sweep.yaml").read_text(encoding="utf-8")) or {}
     if storage is None:
-        url = cfg.get("storage") or f"sqlite:///{directory.resolve() / STORAGE_FILE}"
-        if not cfg.get("storage") and not (directory / STORAGE_FILE).is_file():
+        url = recorded_url(directory, cfg)
+        if url is None:
             raise ObliviateError(f"{directory}: the sweep has no storage yet ({STORAGE_FILE} is missing): run the "
                                  "sweep first")
         storage = open_storage(url)

@@ -19,7 +19,7 @@ from obliviate.errors import ObliviateError
 from obliviate.eval.score import Bar
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.space import grid_space
-from obliviate.sweep.storage import STORAGE_FILE, open_storage
+from obliviate.sweep.storage import STORAGE_FILE, open_storage, recorded_url
 from obliviate.sweep.workers import counts, is_repeat
 
 SweepPlan = Any  # sweep.run's SweepPlan (run imports this module)
@@ -85,25 +85,25 @@ def queue_next(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
     point (sampler grid), or the point TPE proposes from the trials without their repeats (enqueue_proposal)."""
     from optuna.trial import TrialState
 
-    if any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
         return
     if plan.cfg.sampler == "grid":
         point = grid_point(plan, study, method)
         if point is not None:
             study.enqueue_trial(point)
     elif plan.cfg.sampler == "tpe":
-        enqueue_proposal(study, plan, method, sampler)
+        enqueue_proposal(study, trials, plan, method, sampler)
 
 
-def enqueue_proposal(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
-    """Queue the point `sampler` proposes from the study's finished trials with the repeats left out. A repeat runs
+def enqueue_proposal(study: Any, trials: list, plan: SweepPlan, method: str, sampler: Any) -> None:
+    """Queue the point `sampler` proposes from the study's finished `trials` with the repeats left out. A repeat runs
     a setting again with another seed; shown to TPE it would count the chosen point's neighbourhood as bad (with
     6-12 trials TPE's good side holds one or two trials, and a best with two repeats is three trials at one point),
     so the sampler sees one trial per setting, as the selection does."""
     import optuna
     from optuna.trial import TrialState
 
-    trials = study.get_trials(deepcopy=False)
     view = optuna.create_study(directions=directions(plan), sampler=sampler)  # in memory, for this proposal only
     view.add_trials([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not is_repeat(t)])
     proposal = view.ask()
@@ -137,8 +137,8 @@ def source_storage(cfg: SweepConfig, recorded: Mapping[str, Any], mine: Mapping[
     if Path(cfg.warm_start or "").resolve() == Path(cfg.output_dir).resolve():
         raise ObliviateError("warm_start: names this sweep's own output_dir; name the folder of the sweep to copy "
                              "from and a new output_dir")
-    url = recorded.get("storage") or f"sqlite:///{Path(cfg.warm_start or '').resolve() / STORAGE_FILE}"
-    if not recorded.get("storage") and not (Path(cfg.warm_start or "") / STORAGE_FILE).is_file():
+    url = recorded_url(Path(cfg.warm_start or ""), recorded)
+    if url is None:
         raise ObliviateError(f"warm_start: {cfg.warm_start} has no {STORAGE_FILE}: the sweep to copy from never ran")
     return open_storage(url), f"{recorded.get('study', 'sweep')}/"
 

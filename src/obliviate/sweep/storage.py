@@ -19,6 +19,14 @@ def references_done(study: Any, held_out: bool) -> bool:
     return "original" in study.user_attrs and (not held_out or ORIGINAL_ROWS in study.user_attrs)
 
 
+def recorded_url(directory: Path, recorded: Any) -> str | None:
+    """The storage URL of the sweep in `directory` whose sweep.yaml reads `recorded`: its shared storage, else the
+    SQLite file in the folder; None when that file does not exist (the sweep never ran)."""
+    if recorded.get("storage"):
+        return str(recorded["storage"])
+    return f"sqlite:///{directory.resolve() / STORAGE_FILE}" if (directory / STORAGE_FILE).is_file() else None
+
+
 def open_storage(url: str) -> Any:
     """An Optuna storage from a database URL or a journal file; a clear error when it cannot be opened."""
     import optuna
