@@ -64,7 +64,7 @@ T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_o
 T_SEARCH = "tests/sweep/test_search.py::"
 T_BARC = T_SEARCH + "test_the_bars_conditions_become_constraint_values_worked_by_hand"
 T_WARM = T_SEARCH + "test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_the_rest"
-T_WARM_SKIP = T_SEARCH + "test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repeats"
+T_WARM_SKIP = T_SEARCH + "test_a_warm_start_skips_trials_that_never_used_the_budget_renumbers_repeats_and_travels_without_its_source"
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
     Mutant("loop: rule always sum", "train/loop.py", "combine_into(plan.rule, g_f, g_r", "combine_into('sum', g_f, g_r", T_LOOP),
@@ -781,6 +781,11 @@ MUTANTS: list[Mutant] = [
     Mutant("queue: a trial queued beside one that waits", "sweep/search.py",
            "if any(t.state == TrialState.WAITING for t in trials):\n        return",
            "if False:\n        return", (T_SEARCH + "test_a_waiting_trial_goes_first_and_nothing_else_is_queued",)),
+    Mutant("warm start: a resumed sweep still needs the sweep it started from", "sweep/run.py",
+           "if cfg.warm_start and not (own is not None and warm_done(own, plan)) else None",
+           "if cfg.warm_start else None", (T_WARM_SKIP,)),
+    Mutant("warm start: one warm study enough to go on without the source", "sweep/search.py",
+           "return all(WARM_DONE in attrs", "return any(WARM_DONE in attrs", (T_WARM_SKIP,)),
 ]
 
 

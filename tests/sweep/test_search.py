@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import optuna
@@ -106,7 +107,7 @@ def test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_
     assert res["ran"] >= 2  # one new trial per method (and the repeats a new best needs), not the copied ones again
 
 
-def test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repeats(base_file, tmp_path):
+def test_a_warm_start_skips_trials_that_never_used_the_budget_renumbers_repeats_and_travels_without_its_source(base_file, tmp_path):
     from optuna.trial import TrialState, create_trial
 
     first = tmp_path / "first"
@@ -130,6 +131,18 @@ def test_a_warm_start_skips_trials_that_never_used_the_budget_and_renumbers_repe
     assert after[2].user_attrs["repeat_of"] == 1 and after[2].values == [0.4]  # #2 is #1 here
     assert after[1].constraints == dict.fromkeys(["keep.neighbours_accuracy", "keep.retain_accuracy",
                                                   "at_most.forget_degenerate_share"], MISSING)  # no such metrics
+    # carried elsewhere without the sweep it started from (a fresh machine): it goes on from its own storage,
+    # while a sweep that has yet to copy its warm start still needs that sweep
+    moved, half = tmp_path / "moved", tmp_path / "half"
+    shutil.copytree(second, moved)
+    shutil.copytree(second, half)
+    optuna.delete_study(study_name="sweep/NPO", storage=f"sqlite:///{half.resolve() / 'sweep.db'}")
+    shutil.rmtree(first)
+    res = run_sweep(_cfg(base_file, moved, trials=3, warm_start=str(first), search="bar"), log=lambda s: None)
+    assert res["ran"] == 2 and len(_study(moved, "GradDiff").get_trials()) == 4
+    for out in (tmp_path / "new", half):  # NPO's study is not in half: its warm start is yet to be copied
+        with pytest.raises(ObliviateError, match="not a sweep's folder"):
+            run_sweep(_cfg(base_file, out, trials=3, warm_start=str(first), search="bar"), log=lambda s: None)
 
 
 def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written(base_file, tmp_path):

@@ -30,7 +30,15 @@ from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
-from obliviate.sweep.search import constrain, make_sampler, open_study, queue_next, source_storage, warm_study
+from obliviate.sweep.search import (
+    constrain,
+    make_sampler,
+    open_study,
+    queue_next,
+    source_storage,
+    warm_done,
+    warm_study,
+)
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
@@ -199,18 +207,23 @@ def as_recorded(previous: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(json.dumps(_saved_config(SweepConfig()))), **mine}
 
 
+def _resumable(cfg: SweepConfig) -> bool:
+    """True when the output directory holds this very sweep: its sweep.yaml records this config."""
+    saved = Path(cfg.output_dir) / CONFIG_FILE
+    if not saved.is_file():
+        return False
+    previous = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    return as_recorded(previous) == json.loads(json.dumps(_saved_config(cfg)))
+
+
 def prepare_output(cfg: SweepConfig) -> bool:
     """Create (or reuse, when it holds this very sweep) the output directory; True when resuming."""
-
     out = Path(cfg.output_dir)
     saved = out / CONFIG_FILE
-    same = False
-    if saved.is_file():
-        previous = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
-        same = as_recorded(previous) == json.loads(json.dumps(_saved_config(cfg)))
-        if not same and not cfg.overwrite:
-            raise ObliviateError(f"{out} holds another sweep (its {CONFIG_FILE} differs from this config); choose "
-                                 "another output_dir, or pass overwrite=true to start again")
+    same = _resumable(cfg)
+    if saved.is_file() and not same and not cfg.overwrite:
+        raise ObliviateError(f"{out} holds another sweep (its {CONFIG_FILE} differs from this config); choose "
+                             "another output_dir, or pass overwrite=true to start again")
     resumed = saved.is_file() and same  # the same sweep is always resumed, never wiped (other workers may use it)
     if not resumed:
         check_output_dir(out, cfg.overwrite)
@@ -403,9 +416,11 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     if storage:
         cfg = dataclasses.replace(cfg, storage=storage)
     plan = plan_sweep(cfg)
-    source = _warm_source(cfg) if cfg.warm_start else None
     url = storage_url(cfg)
     shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
+    mine = cfg.warm_start and (Path(cfg.output_dir) / STORAGE_FILE).is_file() and _resumable(cfg)
+    own = shared if shared is not None or not mine else open_storage(url)  # a resumed sweep's own storage
+    source = _warm_source(cfg) if cfg.warm_start and not (own is not None and warm_done(own, plan)) else None
     resumed = prepare_output(cfg)
     store = shared if shared is not None else open_storage(url)
     for line in plan.lines:

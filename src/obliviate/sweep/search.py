@@ -143,6 +143,15 @@ def source_storage(cfg: SweepConfig, recorded: Mapping[str, Any], mine: Mapping[
     return open_storage(url), f"{recorded.get('study', 'sweep')}/"
 
 
+def warm_done(storage: Any, plan: SweepPlan) -> bool:
+    """True when every method's study in `storage` already holds its warm start (WARM_DONE): the sweep then goes
+    on without the sweep it started from, e.g. from its storage carried to another machine."""
+    import optuna
+
+    attrs = {s.study_name: s.user_attrs for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    return all(WARM_DONE in attrs.get(plan.study_name(m), {}) for m in plan.methods)
+
+
 def warm_study(storage: Any, plan: SweepPlan, method: str, source: tuple[Any, str], wait_s: float) -> Any:
     """The method's study; the worker that creates it first copies the source sweep's finished trials of the method
     into it (copy_trials), and the others wait (at most `wait_s`) until that is done."""
