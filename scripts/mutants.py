@@ -784,6 +784,11 @@ MUTANTS: list[Mutant] = [
     Mutant("warm start: a resumed sweep still needs the sweep it started from", "sweep/run.py",
            "if cfg.warm_start and not (own is not None and warm_done(own, plan)) else None",
            "if cfg.warm_start else None", (T_WARM_SKIP,)),
+    Mutant("warm start: where the source sweep was is part of what a sweep is", "sweep/run.py",
+           '"trials", "repeats", "warm_start")', '"trials", "repeats")', (T_WARM_SKIP,)),
+    Mutant("warm start: a sweep begun cold takes a warm start later", "sweep/search.py",
+           "        if WARM_DONE not in study.user_attrs:\n            raise", "        if False:\n            raise",
+           (T_SEARCH + "test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written",)),
     Mutant("warm start: one warm study enough to go on without the source", "sweep/search.py",
            "return all(WARM_DONE in attrs", "return any(WARM_DONE in attrs", (T_WARM_SKIP,)),
 ]

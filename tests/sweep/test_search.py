@@ -138,7 +138,8 @@ def test_a_warm_start_skips_trials_that_never_used_the_budget_renumbers_repeats_
     shutil.copytree(second, half)
     optuna.delete_study(study_name="sweep/NPO", storage=f"sqlite:///{half.resolve() / 'sweep.db'}")
     shutil.rmtree(first)
-    res = run_sweep(_cfg(base_file, moved, trials=3, warm_start=str(first), search="bar"), log=lambda s: None)
+    res = run_sweep(_cfg(base_file, moved, trials=3, warm_start=str(tmp_path / "gone"), search="bar"),
+                    log=lambda s: None)  # where its source was is this machine's business, as output_dir is
     assert res["ran"] == 2 and len(_study(moved, "GradDiff").get_trials()) == 4
     for out in (tmp_path / "new", half):  # NPO's study is not in half: its warm start is yet to be copied
         with pytest.raises(ObliviateError, match="not a sweep's folder"):
@@ -155,6 +156,10 @@ def test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing
         run_sweep(_cfg(base_file, out, warm_start=str(tmp_path)), log=lambda s: None)
     with pytest.raises(ObliviateError, match="this sweep's own output_dir"):
         run_sweep(_cfg(base_file, first, warm_start=str(first), search="bar"), log=lambda s: None)
+    twin = tmp_path / "twin"  # a sweep begun without a warm start does not take one later: its trials would mix
+    shutil.copytree(first, twin)
+    with pytest.raises(ObliviateError, match="'sweep/GradDiff' began without a warm start; go on with it without"):
+        run_sweep(_cfg(base_file, first, warm_start=str(twin)), log=lambda s: None)
     never = tmp_path / "never"  # a sweep's folder whose storage was never made
     never.mkdir()
     (never / "sweep.yaml").write_text((first / "sweep.yaml").read_text())

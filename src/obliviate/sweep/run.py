@@ -59,7 +59,9 @@ Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
 # what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
 # timing, nor the budget (raising `trials` extends a finished sweep, and a new best gets its own repeats)
-_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats")
+# where this worker keeps and finds things, and how much it runs; not what the sweep is (warm_start: where its first
+# trials were copied from, recorded in each study once copied)
+_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats", "warm_start")
 
 
 @dataclass(frozen=True)

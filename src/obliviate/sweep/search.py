@@ -163,12 +163,15 @@ def warm_study(storage: Any, plan: SweepPlan, method: str, source: tuple[Any, st
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=plan.study_name(method), storage=storage)
         deadline = time.monotonic() + wait_s
-        while WARM_DONE not in study.user_attrs and "config" not in study.user_attrs:  # config: another sweep's
+        while WARM_DONE not in study.user_attrs and "config" not in study.user_attrs:  # config: begun cold
             if time.monotonic() > deadline:
                 raise ObliviateError(f"study {study.study_name!r}: another worker began copying the warm start's "
                                      f"trials into it {wait_s:.0f} s ago and has not finished (stopped while "
                                      "copying?); delete this sweep's output_dir (or storage) and start again")
             time.sleep(1.0)
+        if WARM_DONE not in study.user_attrs:
+            raise ObliviateError(f"warm_start: the storage's study {study.study_name!r} began without a warm start; "
+                                 "go on with it without warm_start, or give this sweep another output_dir (storage)")
         return study
     store, prefix = source
     try:
