@@ -245,6 +245,9 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     ("sweep_workers.sh", ["a.yaml", "out", "2"], "usage: bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS"),
     ("sweep_workers.sh", ["a.yaml", "out", "2", "1h"], "WORKERS and SECONDS must be whole numbers"),
     ("sweep_workers.sh", ["{tmp}/a.yaml", "out", "2", "60"], "no such sweep config: {tmp}/a.yaml"),
+    ("tofu20_study.sh", [], "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]"),
+    ("tofu20_study.sh", ["1h"], "SECONDS and WORKERS must be whole numbers"),
+    ("tofu20_study.sh", ["60"], "no docs/sweeps/smollm2_tofu20_cpu/sweep.db: run this from the repository root"),
 ])
 def test_the_study_scripts_refuse_bad_arguments_with_exit_2_and_write_nothing(script, args, message, tmp_path):
     path = Path(__file__).resolve().parents[2] / "scripts" / script
