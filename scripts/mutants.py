@@ -782,7 +782,7 @@ MUTANTS: list[Mutant] = [
            "if any(t.state == TrialState.WAITING for t in trials):\n        return",
            "if False:\n        return", (T_SEARCH + "test_a_waiting_trial_goes_first_and_nothing_else_is_queued",)),
     Mutant("warm start: a resumed sweep still needs the sweep it started from", "sweep/run.py",
-           "if cfg.warm_start and not (own is not None and warm_done(own, plan)) else None",
+           "if cfg.warm_start and not (own is not None and is_warm(own, plan)) else None",
            "if cfg.warm_start else None", (T_WARM_SKIP,)),
     Mutant("warm start: where the source sweep was is part of what a sweep is", "sweep/run.py",
            '"trials", "repeats", "warm_start")', '"trials", "repeats")', (T_WARM_SKIP,)),

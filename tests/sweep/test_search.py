@@ -138,8 +138,10 @@ def test_a_warm_start_skips_trials_that_never_used_the_budget_renumbers_repeats_
     shutil.copytree(second, half)
     optuna.delete_study(study_name="sweep/NPO", storage=f"sqlite:///{half.resolve() / 'sweep.db'}")
     shutil.rmtree(first)
+    lines: list[str] = []
     res = run_sweep(_cfg(base_file, moved, trials=3, warm_start=str(tmp_path / "gone"), search="bar"),
-                    log=lambda s: None)  # where its source was is this machine's business, as output_dir is
+                    log=lines.append)  # where its source was is this machine's business, as output_dir is
+    assert any("warm start: already in this storage" in s and "gone not read" in s for s in lines)
     assert res["ran"] == 2 and len(_study(moved, "GradDiff").get_trials()) == 4
     for out in (tmp_path / "new", half):  # NPO's study is not in half: its warm start is yet to be copied
         with pytest.raises(ObliviateError, match="not a sweep's folder"):

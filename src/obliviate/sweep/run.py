@@ -30,15 +30,7 @@ from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
-from obliviate.sweep.search import (
-    constrain,
-    make_sampler,
-    open_study,
-    queue_next,
-    source_storage,
-    warm_done,
-    warm_study,
-)
+from obliviate.sweep.search import constrain, is_warm, make_sampler, open_study, queue_next, source_storage, warm_study
 from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
@@ -422,12 +414,14 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
     mine = cfg.warm_start and (Path(cfg.output_dir) / STORAGE_FILE).is_file() and _resumable(cfg)
     own = shared if shared is not None or not mine else open_storage(url)  # a resumed sweep's own storage
-    source = _warm_source(cfg) if cfg.warm_start and not (own is not None and warm_done(own, plan)) else None
+    source = _warm_source(cfg) if cfg.warm_start and not (own is not None and is_warm(own, plan)) else None
     resumed = prepare_output(cfg)
     store = shared if shared is not None else open_storage(url)
     for line in plan.lines:
         log(f"  {line}")
     log(f"storage: {url} ({'resumed' if resumed else 'new output directory'}); worker {WORKER}")
+    if cfg.warm_start and source is None:
+        log(f"  warm start: already in this storage (each study records what it copied); {cfg.warm_start} not read")
     studies = {m: open_study(store, plan, m) if source is None else warm_study(store, plan, m, source,
                                                                               cfg.stale_after_s) for m in plan.methods}
     for method, study in studies.items():

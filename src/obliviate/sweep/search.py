@@ -143,7 +143,7 @@ def source_storage(cfg: SweepConfig, recorded: Mapping[str, Any], mine: Mapping[
     return open_storage(url), f"{recorded.get('study', 'sweep')}/"
 
 
-def warm_done(storage: Any, plan: SweepPlan) -> bool:
+def is_warm(storage: Any, plan: SweepPlan) -> bool:
     """True when every method's study in `storage` already holds its warm start (WARM_DONE): the sweep then goes
     on without the sweep it started from, e.g. from its storage carried to another machine."""
     import optuna
