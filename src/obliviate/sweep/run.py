@@ -50,9 +50,8 @@ from obliviate.sweep.workers import (
 Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
 # what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
-# timing, nor the budget (raising `trials` extends a finished sweep, and a new best gets its own repeats)
-# where this worker keeps and finds things, and how much it runs; not what the sweep is (warm_start: where its first
-# trials were copied from, recorded in each study once copied)
+# timing, nor the budget (raising `trials` extends a finished sweep, and a new best gets its own repeats), nor where
+# the sweep its first trials were copied from lay (warm_start: each study records what it copied)
 _PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats", "warm_start")
 
 
@@ -412,9 +411,9 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     plan = plan_sweep(cfg)
     url = storage_url(cfg)
     shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
-    mine = cfg.warm_start and (Path(cfg.output_dir) / STORAGE_FILE).is_file() and _resumable(cfg)
-    own = shared if shared is not None or not mine else open_storage(url)  # a resumed sweep's own storage
-    source = _warm_source(cfg) if cfg.warm_start and not (own is not None and is_warm(own, plan)) else None
+    resuming = shared is not None or (Path(cfg.output_dir) / STORAGE_FILE).is_file() and _resumable(cfg)
+    warm = bool(cfg.warm_start) and resuming and is_warm(shared if shared is not None else open_storage(url), plan)
+    source = _warm_source(cfg) if cfg.warm_start and not warm else None
     resumed = prepare_output(cfg)
     store = shared if shared is not None else open_storage(url)
     for line in plan.lines:
