@@ -1,35 +1,46 @@
 #!/usr/bin/env bash
 # The TOFU-20 study (results §24) goes on on this machine for SECONDS, from where its committed snapshot stands:
 #   bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]     (STUDY_DIR: runs/tofu20-study by default)
+# SWEEP=rmu runs the RMU sweep over a wider learning-rate range instead (configs/sweep/smollm2_tofu20_rmu.yaml; its
+# snapshot docs/sweeps/smollm2_tofu20_rmu_cpu, its folder runs/tofu20-rmu-study by default); SWEEP=main is the default.
 # 1. TOFU's last 20 authors (data/tofu-20) and both fine-tunes (the target, the retain model), each skipped when
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
-# 2. STUDY_DIR starts as a copy of the committed study (docs/sweeps/smollm2_tofu20_cpu/sweep.db) when it is new.
-# 3. Two workers of one thread run trials until SECONDS have passed; none starts one in the last DRAIN seconds (1500
-#    by default, longer than a trial here), so none is cut. A trial cut anyway is done again by the next run.
-# 4. The study is written back as the committed snapshot, with its report (obliviate compare).
-# WORKERS=N changes the number of workers (each needs up to 12 GB of memory). Run from the repository root.
+# 2. STUDY_DIR starts as a copy of the committed study (the snapshot's sweep.db) when it is new.
+# 3. WORKERS workers of one thread (2 by default; each needs up to 12 GB of memory) run trials until SECONDS have
+#    passed; none starts one in the last DRAIN seconds (1500 by default, longer than a trial here), so none is cut.
+#    A trial cut anyway is done again by the next run.
+# 4. The study is written back as the committed snapshot, with its report (obliviate compare). Run from the
+#    repository root.
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]" >&2; exit 2; fi
-seconds=$1; study=${2:-runs/tofu20-study}; workers=${WORKERS:-2}
+case "${SWEEP:-main}" in
+  main) snap=docs/sweeps/smollm2_tofu20_cpu; config=configs/sweep/smollm2_tofu20.yaml; mine=runs/tofu20-study
+        extra=(warm_start=tofu20-cpu);;
+  rmu) snap=docs/sweeps/smollm2_tofu20_rmu_cpu; config=configs/sweep/smollm2_tofu20_rmu.yaml
+       mine=runs/tofu20-rmu-study; extra=();;
+  *) echo "SWEEP must be main or rmu, not '$SWEEP'" >&2; exit 2;;
+esac
+seconds=$1; study=${2:-$mine}; workers=${WORKERS:-2}
 case "$seconds$workers" in ''|*[!0-9]*) echo "SECONDS and WORKERS must be whole numbers" >&2; exit 2;; esac
-snap=docs/sweeps/smollm2_tofu20_cpu; config=configs/sweep/smollm2_tofu20.yaml
-[ -f "$snap/sweep.db" ] || { echo "no $snap/sweep.db: run this from the repository root" >&2; exit 2; }
+[ -f "$config" ] || { echo "no $config: run this from the repository root" >&2; exit 2; }
 end=$(( $(date +%s) + seconds ))
 [ -d data/tofu-20 ] || python3 -m obliviate prepare tofu --authors 20 || exit $?
 for which in target retain; do  # reused when already there (the same settings, weights and data)
   python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$which.yaml" || exit $?
 done
-if [ ! -f "$study/sweep.db" ]; then
+if [ ! -f "$study/sweep.db" ] && [ -f "$snap/sweep.db" ]; then  # else the sweep starts its study afresh
   mkdir -p "$study" && cp "$snap/sweep.yaml" "$study/sweep.yaml" && cp "$snap/sweep.db" "$study/sweep.db" || exit $?
 fi
 left=$(( end - $(date +%s) ))
 if [ "$left" -gt "${DRAIN:-1500}" ]; then
   DRAIN=${DRAIN:-1500} bash scripts/sweep_workers.sh "$config" "$study" "$workers" "$left" \
-    stale_after_s=3600 warm_start=tofu20-cpu
+    stale_after_s=3600 "${extra[@]}"
 else
   echo "no time left for a trial after the fine-tunes ($left s); the study is as it was" >&2
 fi
+[ -f "$study/sweep.db" ] || { echo "no study in $study: nothing to write back" >&2; exit 1; }
+if [ ! -f "$snap/sweep.yaml" ]; then mkdir -p "$snap" && cp "$study/sweep.yaml" "$snap/sweep.yaml" || exit $?; fi
 python3 - "$study/sweep.db" "$snap/sweep.db" <<'EOF' || exit $?
 import sqlite3, sys  # a consistent copy even while a worker of another run writes
 src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])

@@ -247,11 +247,15 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     ("sweep_workers.sh", ["{tmp}/a.yaml", "out", "2", "60"], "no such sweep config: {tmp}/a.yaml"),
     ("tofu20_study.sh", [], "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]"),
     ("tofu20_study.sh", ["1h"], "SECONDS and WORKERS must be whole numbers"),
-    ("tofu20_study.sh", ["60"], "no docs/sweeps/smollm2_tofu20_cpu/sweep.db: run this from the repository root"),
+    ("tofu20_study.sh", ["60"], "no configs/sweep/smollm2_tofu20.yaml: run this from the repository root"),
+    ("tofu20_study.sh", ["60", "SWEEP=rmu"], "no configs/sweep/smollm2_tofu20_rmu.yaml: run this from the repository root"),
+    ("tofu20_study.sh", ["60", "SWEEP=all"], "SWEEP must be main or rmu, not 'all'"),
 ])
 def test_the_study_scripts_refuse_bad_arguments_with_exit_2_and_write_nothing(script, args, message, tmp_path):
     path = Path(__file__).resolve().parents[2] / "scripts" / script
-    done = subprocess.run(["bash", str(path), *[a.format(tmp=tmp_path) for a in args]], capture_output=True, text=True,
-                          cwd=tmp_path)
+    env = dict(a.split("=", 1) for a in args if a.split("=")[0].isupper())  # SWEEP=rmu: an environment variable
+    args = [a.format(tmp=tmp_path) for a in args if a.split("=")[0] not in env]
+    done = subprocess.run(["bash", str(path), *args], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, **env})
     assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr
     assert list(tmp_path.iterdir()) == []
