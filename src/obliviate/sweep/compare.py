@@ -30,6 +30,7 @@ from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_
 from obliviate.sweep.papers import num as _num
 from obliviate.sweep.papers import papers_section, resampling, share_of_original
 from obliviate.sweep.points import Collection, Point, collect, judged, seeds_of
+from obliviate.sweep.teachermap import teacher_map_section
 
 Log = Callable[[str], None]
 
@@ -395,7 +396,8 @@ def build_report(coll: Collection, level: float = 0.95,
     summary["verdict"] = [m for g in groups for m in g]
     summary["tied"] = groups
     summary["level"] = level
-    lines += ["", "## Pareto fronts", ""]
+    map_lines, summary["teacher_map"] = teacher_map_section(coll, bar, axes)
+    lines += [""] + map_lines + ["## Pareto fronts", ""]
     for m in methods:
         lines += [f"**{m}**", "", "| trial | forget | utility | fluency | settings |", "|---|---|---|---|---|"]
         lines += [f"| {p.name} | {_fmt(axes['forget'](p.metrics))} | {_fmt(axes['utility'](p.metrics))} | "
