@@ -58,6 +58,7 @@ T_REUSE = "tests/cli/test_finetune.py"
 T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker_is_run_again_not_replaced_by_a_sampled_trial"
 T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
+T_MAP = ("tests/sweep/test_teachermap.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
 T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)
@@ -790,6 +791,15 @@ MUTANTS: list[Mutant] = [
            (T_SEARCH + "test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written",)),
     Mutant("warm start: one warm study enough to go on without the source", "sweep/search.py",
            "return all(WARM_DONE in attrs", "return any(WARM_DONE in attrs", (T_WARM_SKIP,)),
+    Mutant("teacher map: a best's repeats counted as trials of their own", "sweep/teachermap.py",
+           'if p.state == "complete" and p.repeat_of is None and cell is not None:',
+           'if p.state == "complete" and cell is not None:', T_MAP),
+    Mutant("teacher map: the best under the bar taken from every trial", "sweep/teachermap.py",
+           "passing = [p for p in pts if bar.passes(p.metrics, coll.original)]", "passing = list(pts)", T_MAP),
+    Mutant("teacher map: the best's held-out score read from the selection rows", "sweep/teachermap.py",
+           '"best_heldout": axes["forget"](judged(best)[0])', '"best_heldout": axes["forget"](best.metrics)', T_MAP),
+    Mutant("teacher map: the teacher's retain recall shown as its forget recall", "sweep/teachermap.py",
+           "{_f(g['retain'].get('recall'))}", "{_f(g['forget'].get('recall'))}", T_MAP),
 ]
 
 
