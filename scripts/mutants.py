@@ -59,6 +59,7 @@ T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker
 T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
 T_MAP = ("tests/sweep/test_teachermap.py",)
+T_STALL = ("tests/train/test_stall.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
 T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_on_the_same_rows",)
@@ -800,6 +801,13 @@ MUTANTS: list[Mutant] = [
            '"best_heldout": axes["forget"](judged(best)[0])', '"best_heldout": axes["forget"](best.metrics)', T_MAP),
     Mutant("teacher map: the teacher's retain recall shown as its forget recall", "sweep/teachermap.py",
            "{_f(g['retain'].get('recall'))}", "{_f(g['forget'].get('recall'))}", T_MAP),
+    Mutant("stall: the last quarter compared with the whole run", "train/guard.py",
+           "first, last = sum(values[:q]) / q, sum(values[-q:]) / q",
+           "first, last = sum(values) / len(values), sum(values[-q:]) / q", T_STALL),
+    Mutant("stall: a 2% change called barely moving", "train/guard.py",
+           "STALL = 0.01  #", "STALL = 0.02  #", T_STALL),
+    Mutant("stall: the note not attached to the run's result", "train/loop.py",
+           "result.stall = stalled(result.history, cfg.lr)", "result.stall = None", T_STALL),
 ]
 
 

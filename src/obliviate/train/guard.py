@@ -90,6 +90,27 @@ class DivergenceGuard:
                               f"Lower train.lr (now {self.lr:g}) or {clip}")
 
 
+STALL = 0.01  # a forget term whose last-quarter mean is within 1% of its first-quarter mean barely moved
+STALL_MIN_STEPS = 8
+
+
+def stalled(history: list[dict[str, float]], lr: float, term: str = "forget") -> str | None:
+    """A note when `term` barely moved over the run: its mean over the last quarter of steps within STALL (relative)
+    of its mean over the first quarter (runs of STALL_MIN_STEPS steps or more; None otherwise). Such a run may have
+    left the model as it was: RMU at its recipe's rate on SmolLM2 went 201.3 -> 200.3 in 15 steps and forgot nothing."""
+    values = [e[term] for e in history if isinstance(e.get(term), (int, float)) and math.isfinite(e[term])]
+    if len(values) < STALL_MIN_STEPS:
+        return None
+    q = len(values) // 4
+    first, last = sum(values[:q]) / q, sum(values[-q:]) / q
+    change = abs(last - first) / max(abs(first), 1e-12)
+    if change >= STALL:
+        return None
+    return (f"the {term} loss barely moved over the run ({first:.4g} over its first quarter of steps, {last:.4g} over "
+            f"its last, {change:.2%}): the model may be left almost as it was; a larger train.lr (now {lr:g}) or "
+            "more steps moves it further")
+
+
 def describe_checkpoint(directory: Any, step: int) -> str:
     """The clause naming the last good checkpoint, for DivergenceError messages."""
     return f"the checkpoint in {directory} still holds step {step}, the last good one" if step else ""

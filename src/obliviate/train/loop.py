@@ -21,7 +21,7 @@ from obliviate.progress import progress
 from obliviate.train import fsdp
 from obliviate.train.checkpoint import Checkpointer
 from obliviate.train.fsdp import is_sharded, unshard
-from obliviate.train.guard import DivergenceGuard, describe_checkpoint
+from obliviate.train.guard import DivergenceGuard, describe_checkpoint, stalled
 from obliviate.train.switches import autocast
 from obliviate.train.tracking import Tracking, accelerator_kwargs, tracked
 
@@ -33,6 +33,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     module_stats: list[dict[str, dict[str, float]]] = field(default_factory=list)
     seconds: float = 0.0
+    stall: str | None = None  # the forget loss barely moved (train/guard.py `stalled`)
 
     @property
     def steps(self) -> int:
@@ -215,6 +216,9 @@ def run_loop(model: torch.nn.Module, micro_batches: Iterator[Any], plan: LossPla
             if ckpt is not None and ckpt.due(step, steps):
                 ckpt.save(step, model, optimizer, scheduler, plan.rule_state, result.history, accelerator)
     result.seconds = time.perf_counter() - start
+    result.stall = stalled(result.history, cfg.lr)
+    if result.stall and accelerator.is_main_process:
+        print(f"note: {result.stall}", flush=True)
 
     if is_sharded(model):  # the caller saves and evaluates a plain, full model (every rank gathers)
         unshard(model)
