@@ -266,17 +266,19 @@ def test_a_prune_rule_by_hand():
 
 
 def test_a_sweep_over_an_unlearn_config_reports_tofu_metrics(unlearn_base, tmp_path):
-    base = unlearn_base(max_steps=2, max_examples=2, max_new_tokens=4)
+    base = unlearn_base(max_steps=8, max_examples=2, max_new_tokens=4)
     out = tmp_path / "sw"
-    res = run_sweep(_cfg(base, out, trials=1, eval_every_steps=1, eval_rows=2), log=lambda s: None)
+    res = run_sweep(_cfg(base, out, trials=1, eval_every_steps=4, eval_rows=2), log=lambda s: None)
     assert res["outcomes"] == {"complete": 1}
     study, trials = _trials(out, "npo+nll")
     m = trials[0].user_attrs["metrics"]
     assert trials[0].values == [m["forget_rougeL_recall"], m["model_utility"]]  # the unlearn track's defaults
     assert m["forget_quality"] is not None  # eval.retain_model gives forget quality, computed once per worker
     assert study.user_attrs["original"]["forget_quality"] == pytest.approx(1.0)  # θ0 against itself
-    assert [c["step"] for c in trials[0].user_attrs["curve"]] == [1, 2]
+    assert [c["step"] for c in trials[0].user_attrs["curve"]] == [4, 8]
     assert "forget_rougeL_recall" in trials[0].user_attrs["curve"][0]
+    # how far its forget loss moved (train/guard.py loss_change): at the default lr (1e-5) 8 steps barely move NPO's
+    assert 0 < m["forget_loss_change"] < 0.01
     assert not Path("ignored").exists()
 
 

@@ -3,7 +3,7 @@ hand, and RMU at a learning rate too small to move its layer, which is what hid 
 import copy
 
 from obliviate.config import MethodConfig, TrainConfig
-from obliviate.train.guard import stalled
+from obliviate.train.guard import loss_change, quarter_means, stalled
 from obliviate.train.unlearn import unlearn
 
 
@@ -19,6 +19,13 @@ def test_the_first_and_last_quarters_means_are_compared():
     # last mean 197.5: 1.25% -> moved enough, no note; the middle steps do not count
     assert stalled(_history([201, 199, 0, 0, 0, 0, 198, 197]), lr=2e-4) is None
     assert stalled(_history([201, 199, 0, 0, 0, 0, 199, 198]), lr=2e-4) is not None
+
+
+def test_loss_change_is_the_relative_move_between_the_quarters_means():
+    # 12 steps: quarters of 3; first mean (4 + 5 + 6) / 3 = 5, last mean (3 + 3 + 3) / 3 = 3: |3 - 5| / 5 = 0.4
+    history = _history([4, 5, 6, 9, 9, 9, 9, 9, 9, 3, 3, 3])
+    assert quarter_means(history) == (5.0, 3.0) and loss_change(history) == 0.4
+    assert loss_change(_history([1.0] * 7)) is None and quarter_means(_history([1.0] * 7)) is None
 
 
 def test_short_runs_missing_terms_and_a_loss_that_falls_are_not_noted():

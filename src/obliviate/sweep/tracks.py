@@ -201,6 +201,7 @@ class Track:
         import torch
 
         from obliviate.modeling.cache import CachePool
+        from obliviate.train.guard import loss_change
         from obliviate.train.unlearn import unlearn
 
         t0 = time.perf_counter()
@@ -214,7 +215,7 @@ class Track:
         best = monitor.restore_best(student) if monitor is not None else None
         student.eval()
         metrics, rows, report = self.parts(self.evaluate(student))
-        metrics["train_seconds"] = res.seconds
+        metrics["train_seconds"], metrics["forget_loss_change"] = res.seconds, loss_change(res.history)
         return TrialResult(metrics, list(monitor.curve) if monitor is not None else [], res.seconds,
                            time.perf_counter() - t0, best, len(res.history), rows, report)
 

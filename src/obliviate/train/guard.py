@@ -94,20 +94,30 @@ STALL = 0.01  # a forget term whose last-quarter mean is within 1% of its first-
 STALL_MIN_STEPS = 8
 
 
-def stalled(history: list[dict[str, float]], lr: float, term: str = "forget") -> str | None:
-    """A note when `term` barely moved over the run: its mean over the last quarter of steps within STALL (relative)
-    of its mean over the first quarter (runs of STALL_MIN_STEPS steps or more; None otherwise). Such a run may have
-    left the model as it was: RMU at its recipe's rate on SmolLM2 went 201.3 -> 200.3 in 15 steps and forgot nothing."""
+def quarter_means(history: list[dict[str, float]], term: str = "forget") -> tuple[float, float] | None:
+    """(mean of `term` over the first quarter of steps, over the last quarter); None for runs shorter than
+    STALL_MIN_STEPS steps or without the term."""
     values = [e[term] for e in history if isinstance(e.get(term), (int, float)) and math.isfinite(e[term])]
     if len(values) < STALL_MIN_STEPS:
         return None
     q = len(values) // 4
-    first, last = sum(values[:q]) / q, sum(values[-q:]) / q
-    change = abs(last - first) / max(abs(first), 1e-12)
-    if change >= STALL:
+    return sum(values[:q]) / q, sum(values[-q:]) / q
+
+
+def loss_change(history: list[dict[str, float]], term: str = "forget") -> float | None:
+    """|last − first| / |first| over `quarter_means` (None when there are none): how far a run moved its loss."""
+    means = quarter_means(history, term)
+    return None if means is None else abs(means[1] - means[0]) / max(abs(means[0]), 1e-12)
+
+
+def stalled(history: list[dict[str, float]], lr: float, term: str = "forget") -> str | None:
+    """A note when `term` barely moved over the run: `loss_change` below STALL (None otherwise). Such a run may have
+    left the model as it was: RMU at its recipe's rate on SmolLM2 went 201.3 -> 200.3 in 15 steps and forgot nothing."""
+    change, means = loss_change(history, term), quarter_means(history, term)
+    if change is None or means is None or change >= STALL:
         return None
-    return (f"the {term} loss barely moved over the run ({first:.4g} over its first quarter of steps, {last:.4g} over "
-            f"its last, {change:.2%}): the model may be left almost as it was; a larger train.lr (now {lr:g}) or "
+    return (f"the {term} loss barely moved over the run ({means[0]:.4g} over its first quarter of steps, {means[1]:.4g} "
+            f"over its last, {change:.2%}): the model may be left almost as it was; a larger train.lr (now {lr:g}) or "
             "more steps moves it further")
 
 
