@@ -3,6 +3,7 @@ from the map beside the students' counts, best under the bar and lowest forget s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from obliviate.sweep.compare import build_report, scales
@@ -86,3 +87,37 @@ def test_a_sweep_without_a_map_or_an_unreadable_map(tmp_path):
     (tmp_path / "calibration.json").unlink()
     lines, summary = teacher_map_section(coll, bar, axes)
     assert "cannot be read from here" in "\n".join(lines) and len(summary["cells"]) == 3
+
+
+def test_the_maps_floor_is_the_teacher_that_forgets_most_within_each_fluency_ceiling(tmp_path):
+    coll = _coll(tmp_path)
+    path = tmp_path / "calibration.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["grid"].append({"tau": 6.0, "layers": [1, 2], "fluent_forgetting": True,  # untried, within 0.1
+                         "forget": {"recall": 0.30, "degenerate": 0.05}, "retain": {"recall": 0.4, "degenerate": 0.0}})
+    data["config"] = {"degenerate_max": 0.15}  # τ 4 sits exactly on it
+    path.write_text(json.dumps(data), encoding="utf-8")
+    lines, summary = teacher_map_section(coll, *scales(coll))
+    text = "\n".join(lines)
+    # the bar's ceiling 0.1: τ 4 (0.15) and τ 2 (1.0) are above it, τ 6 (0.30) is the floor; the map's 0.15 admits τ 4
+    assert ("of its 3 points, the teacher that forgets most within the bar's forget_degenerate_share ceiling (at most "
+            "0.1 of its replies degenerate) recalls 0.300 (τ 6, layers 1-2; no trial tried it); within the map's own "
+            "fluency rule (at most 0.15 of its replies degenerate) recalls 0.250 (τ 4, layers 7-9; 4 trials tried it).") \
+        in text
+    # lowest students: τ 2 all 0.01 vs teacher 0.01 (+0.000), τ 4 0.30 vs 0.25 (+0.050); τ 8 is not on the map
+    assert "from +0.000 to +0.050; at none of the 2 points did a student forget more than its teacher." in text
+    assert [(f["ceiling"], f["tau"], f["recall"]) for f in summary["floors"]] == [(0.1, 6.0, 0.30), (0.15, 4.0, 0.25)]
+
+
+def test_a_student_below_its_teacher_is_counted_and_no_fluent_point_is_said_so(tmp_path):
+    coll = _coll(tmp_path)
+    coll.points[0] = _point(0, 2.0, None, 0.004, 0.10, 0.95)  # below its teacher's 0.01
+    lines, summary = teacher_map_section(coll, *scales(coll))
+    text = "\n".join(lines)  # no config: only the bar's 0.1, which no point of this map stays under
+    assert "(at most 0.1 of its replies degenerate): none, no point stays under it." in text
+    assert "from -0.006 to +0.050; at 1 of 2 points a student forgot more than its teacher." in text
+    assert summary["floors"] == [{"ceiling": 0.1, "source": "the bar's forget_degenerate_share ceiling", "tau": None,
+                                  "layers": None, "recall": None}]
+    bar, axes = scales(coll)
+    rule = teacher_map_section(coll, replace(bar, at_most={}), axes)[1]
+    assert rule["floors"] == []  # a bar without a fluency ceiling and a map without a rule: no floor

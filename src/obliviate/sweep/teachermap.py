@@ -49,6 +49,64 @@ def _layers(layers: tuple[int, ...] | None) -> str:
     return f"{layers[0]}-{layers[-1]}" if runs and len(layers) > 1 else ", ".join(map(str, layers))
 
 
+def map_floor(cells: Mapping[Cell, Mapping[str, Any]], ceiling: float) -> tuple[Cell, float] | None:
+    """The map point whose teacher forgets most (lowest forget recall) with at most `ceiling` of its forget replies
+    degenerate, and that recall; None when no point stays under the ceiling (ties: the first in the map's order)."""
+    fluent = [(float(g["forget"]["recall"]), c) for c, g in cells.items()
+              if (g.get("forget") or {}).get("degenerate") is not None and g["forget"]["degenerate"] <= ceiling
+              and g["forget"].get("recall") is not None]
+    if not fluent:
+        return None
+    recall, cell = min(fluent, key=lambda rc: rc[0])
+    return cell, recall
+
+
+def fluency_ceilings(bar: Bar, data: Mapping[str, Any]) -> list[tuple[float, str]]:
+    """The degenerate-share ceilings a floor is read at: the bar's own (its `at_most` on a *degenerate_share*
+    metric) and the map's fluency rule (its config's degenerate_max), each with where it comes from."""
+    out = [(float(v), f"the bar's {k} ceiling") for k, v in bar.at_most.items() if k.endswith("degenerate_share")]
+    rule = (data.get("config") or {}).get("degenerate_max")
+    if isinstance(rule, (int, float)) and all(abs(c - rule) > 1e-12 for c, _ in out):
+        out.append((float(rule), "the map's own fluency rule"))
+    return out
+
+
+def floor_lines(rows: list[dict[str, Any]], cells: Mapping[Cell, Mapping[str, Any]], bar: Bar,
+                data: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """What the map allows ASU at best: per fluency ceiling, the teacher that forgets most within it (and whether the
+    trials tried it), then how far the students came to their teachers (lowest student forget minus teacher's)."""
+    tried = {(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None): 0 for r in rows}
+    for r in rows:
+        tried[(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None)] += r["trials"]
+    parts, floors = [], []
+    for ceiling, source in fluency_ceilings(bar, data):
+        found = map_floor(cells, ceiling)
+        if found is None:
+            parts.append(f"within {source} (at most {ceiling:g} of its replies degenerate): none, no point stays "
+                         "under it")
+            floors.append({"ceiling": ceiling, "source": source, "tau": None, "layers": None, "recall": None})
+            continue
+        (tau, layers), recall = found
+        n = tried.get((tau, layers), 0)
+        parts.append(f"within {source} (at most {ceiling:g} of its replies degenerate) recalls {_f(recall)} (τ {tau:g}, "
+                     f"layers {_layers(layers)}; {f'{n} trials tried it' if n else 'no trial tried it'})")
+        floors.append({"ceiling": ceiling, "source": source, "tau": tau, "layers": list(layers) if layers else None,
+                       "recall": recall, "trials": n})
+    gaps = [r["lowest_forget"] - float(g["forget"]["recall"]) for r in rows
+            if (g := cells.get((r["tau"], tuple(r["layers"]) if r["layers"] is not None else None)))
+            and (g.get("forget") or {}).get("recall") is not None and not math.isnan(r["lowest_forget"])]
+    if not parts:
+        return [], floors
+    text = f"The map's floor: of its {len(cells)} points, the teacher that forgets most " + "; ".join(parts) + "."
+    if gaps:
+        below = sum(g < 0 for g in gaps)
+        text += (f" Students against their teacher (each point's lowest student forget score minus the teacher's "
+                 f"recall, on the selection rows vs. the map's rows): from {min(gaps):+.3f} to {max(gaps):+.3f}; "
+                 + (f"at {below} of {len(gaps)} points a student forgot more than its teacher."
+                    if below else f"at none of the {len(gaps)} points did a student forget more than its teacher."))
+    return [text, ""], floors
+
+
 def cell_rows(coll: Collection, bar: Bar, axes: Mapping[str, Expr]) -> list[dict[str, Any]]:
     """One row per (method, τ, layers) the trials tried (first trials only, not their repeats): counts, the best under
     the bar on the selection rows (with its forget score on the held-out rows) and the lowest forget score."""
@@ -101,4 +159,5 @@ def teacher_map_section(coll: Collection, bar: Bar, axes: Mapping[str, Expr]) ->
         lines.append(f"| {r['tau']:g} | {_layers(tuple(r['layers']) if r['layers'] is not None else None)} | "
                      f"{teacher} | {r['method']} | {r['trials']} | {r['passing']} | {best} | {r['lowest']}, "
                      f"{_f(r['lowest_forget'])}, {_f(r['lowest_utility'])}, {_f(r['lowest_fluency'])} |")
-    return lines + [""], {"map": path, "cells": rows}
+    floor, floors = floor_lines(rows, cells, bar, data) if cells else ([], [])
+    return lines + [""] + floor, {"map": path, "cells": rows, "floors": floors}
