@@ -287,7 +287,7 @@ def test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others(unlearn_bas
     evaluation) reads one part, the trial's report the other, each with TOFU's own aggregates on its rows only
     (forget quality: the KS test on that part's forget rows against the retain model's truth ratios of the same rows)."""
     from obliviate.eval import runner
-    from obliviate.sweep.tracks import tofu_cut
+    from obliviate.eval.heldout import tofu_cut
 
     base = unlearn_base(max_steps=1, max_examples=6, max_new_tokens=2)
     seen, real = [], runner.evaluate_model
@@ -653,7 +653,8 @@ def test_a_tofu_tracks_rows_key_follows_its_training_rows_splits_and_cut():
     """The rows digest a study records (with the weights' digests): another training row, another evaluation answer or
     another held-out cut is another key; the same rows again are the same key."""
     from obliviate.data.rows import QARow
-    from obliviate.sweep.tracks import UnlearnTrack, tofu_cut
+    from obliviate.eval.heldout import tofu_cut
+    from obliviate.sweep.tracks import UnlearnTrack
 
     def track(answer="Lima.", train="Tom writes.", share=0.5):
         t = object.__new__(UnlearnTrack)

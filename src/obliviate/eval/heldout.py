@@ -60,3 +60,12 @@ def part(evaluation: Mapping[str, Any], held_out: set[str], report: bool) -> tup
     if "forget_score" in evaluation:
         metrics = with_forget_score(metrics)
     return metrics, out_rows
+
+
+def tofu_cut(splits: Mapping[str, Sequence[Any]], share: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({split: selection row indices}, {split: held-out row indices}), each sorted: eval/heldout.report_ids on ids
+    "<split>:<index>", so the cut depends on the splits' sizes, the share and the seed only."""
+    held = report_ids({k: [f"{k}:{i}" for i in range(len(rows))] for k, rows in splits.items()}, share, seed)
+    select = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" not in held], dtype=int) for k, r in splits.items()}
+    report = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" in held], dtype=int) for k, r in splits.items()}
+    return select, report

@@ -2,6 +2,8 @@
 ratios (for forget quality), and evaluate a model on all of them; plus the other benchmarks."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -14,7 +16,7 @@ from obliviate.eval.closer_look import PROTOCOL_MAX_LENGTH, PROTOCOL_ROWS, evalu
 from obliviate.eval.mcq import load_mcq, mcq_accuracy, metric_name, run_lm_eval
 from obliviate.eval.memorization import forget_memorization, memorization_from_scores
 from obliviate.eval.metrics import metric_infos
-from obliviate.eval.mia import attack_scores, mia_from_scores, token_scores
+from obliviate.eval.mia import as_item, attack_scores, mia_from_scores, token_scores
 from obliviate.eval.muse import evaluate_muse, load_muse, muse_min_k_auc
 from obliviate.eval.retain_reference import retain_reference_privleak_auc, retain_reference_truth_ratios
 from obliviate.eval.rwku import evaluate_rwku, load_rwku
@@ -78,12 +80,15 @@ def forget_truth_ratios(model: Any, tokenizer: Any, rows: list[QARow], cfg: Eval
 
 def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], cfg: EvalConfig,
                    retain_tr: np.ndarray | None = None, max_length: int = 256, *, source: str | None = None,
-                   retain_model: Any = None, fields: Fields | None = None) -> dict[str, Any]:
+                   retain_model: Any = None, fields: Fields | None = None,
+                   retain_scores: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every TOFU metric of `model` on `splits`; with `source`, also the extras `cfg` asks for:
     extraction strength / exact memorisation, PrivLeak + MIA AUCs against `cfg.holdout_split`
     (the retain model, when given, is PrivLeak's retrained reference and the MIA reference model),
     and closer-look FE/MU (cfg.closer_look or protocol closer_look). forget_quality only when `retain_tr` is given.
-    Under protocol closer_look, generation and scored sequences hold <= 200 tokens of prompt + answer."""
+    Under protocol closer_look, generation and scored sequences hold <= 200 tokens of prompt + answer.
+    `retain_scores`: the retain model's scores already made (`reference_scores`), read instead of running it, and
+    where those it runs now are kept."""
     results: dict[str, SplitResult] = {}
     loss_length, total = length_limits(cfg, max_length)
     out = evaluate_tofu(model, tokenizer, splits, retain_model_forget_tr=retain_tr, max_new_tokens=cfg.max_new_tokens,
@@ -94,7 +99,8 @@ def evaluate_model(model: Any, tokenizer: Any, splits: dict[str, list[QARow]], c
                             "tokens in generation and scoring")
     forget = splits.get("forget")
     if forget and cfg.memorization:
-        out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"], fields))
+        out.update(_memorization(model, tokenizer, forget, source, cfg, retain_model, max_length, out["notes"], fields,
+                                 retain_scores))
     if cfg.closer_look or cfg.protocol == "closer_look":
         out.update(_closer_look(model, tokenizer, splits, results, cfg, loss_length, out["notes"], out["rows"]))
     return out
@@ -117,10 +123,27 @@ def tofu_metric_names() -> set[str]:
         "forget_degenerate_share", "forget_token_entropy", "forget_repetition_rate", "train_seconds"}
 
 
+def scores_key(items: list[Any], kw: dict[str, Any]) -> str:
+    """What the retain model's scores on `items` are kept under: a digest of the rows and the scoring settings."""
+    rows = [list(as_item(x)) if not isinstance(x, str) else x for x in items]
+    return hashlib.sha256(json.dumps([rows, sorted(kw.items())], default=str).encode()).hexdigest()
+
+
+def reference_scores(retain_model: Any, tokenizer: Any, items: list[Any], n_forget: int,
+                     kw: dict[str, Any]) -> dict[str, Any]:
+    """The retain model's part of PrivLeak and the reference attack on forget + holdout `items` (the first
+    `n_forget` forget rows): its Min-K% AUC (PrivLeak's AUC_retrain) and its mean answer loss per row [N]."""
+    ref = token_scores(retain_model, tokenizer, items, moments=False, **kw)
+    return {"auc_retrain": memorization_from_scores(ref, n_forget, token_rule=kw["token_rule"])["privleak_auc"],
+            "avg_loss": [float(x) for x in ref.avg_loss]}
+
+
 def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str | None, cfg: EvalConfig,
-                  retain_model: Any, max_length: int, notes: list[str], fields: Fields | None = None) -> dict[str, Any]:
+                  retain_model: Any, max_length: int, notes: list[str], fields: Fields | None = None,
+                  retain_scores: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """ES/EM of the forget answers; with a holdout split also PrivLeak and the MIA AUCs. One scoring
-    pass per model over forget + holdout serves every one of these metrics."""
+    pass per model over forget + holdout serves every one of these metrics (the retain model's: read from
+    `retain_scores` when they hold it, else made and kept there)."""
 
     kw = {"batch_size": cfg.rows, "max_length": max_length, "token_rule": cfg.token_rule}
     if not (cfg.holdout_split and source):
@@ -132,14 +155,19 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
     holdout = holdout[:cap] if cap else holdout
     items, n = forget + holdout, len(forget)
     ts = token_scores(model, tokenizer, items, **kw)
-    ref = token_scores(retain_model, tokenizer, items, moments=False, **kw) if retain_model is not None else None
-    auc_retrain = None
+    key = scores_key(items, kw)
+    ref = (retain_scores or {}).get(key)
+    if ref is None and retain_model is not None:
+        ref = reference_scores(retain_model, tokenizer, items, n, kw)
+        if retain_scores is not None:
+            retain_scores[key] = ref
+    auc_retrain = None if ref is None else ref["auc_retrain"]
     if ref is None and cfg.retain_reference:  # the retain model's log holds its Min-K% AUC, as for forget quality
         auc_retrain = retain_reference_privleak_auc(cfg.retain_reference)
         if auc_retrain is not None:
             notes.append(f"privleak's AUC_retrain = 1 - mia_min_k of {cfg.retain_reference} = {auc_retrain:.6g}")
-    mem = memorization_from_scores(ts, n, retrain_ts=ref, auc_retrain=auc_retrain, token_rule=cfg.token_rule)
-    mia = mia_from_scores(attack_scores(ts, reference_loss=None if ref is None else ref.avg_loss), n)
+    mem = memorization_from_scores(ts, n, auc_retrain=auc_retrain, token_rule=cfg.token_rule)
+    mia = mia_from_scores(attack_scores(ts, reference_loss=None if ref is None else np.asarray(ref["avg_loss"])), n)
     notes.extend(mem.pop("notes") + mia.pop("notes"))
     return {**mem, **mia}
 

@@ -28,6 +28,7 @@ from obliviate.eval.score import Bar, Expr, nearest_to_bar, parse_expr
 from obliviate.files import check_output_dir, remove_path
 from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
+from obliviate.sweep import retained
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
 from obliviate.sweep.search import constrain, is_warm, make_sampler, open_study, queue_next, source_storage, warm_study
@@ -412,6 +413,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     url = storage_url(cfg)
     shared = open_storage(url) if cfg.storage else None  # a shared storage that cannot be opened: nothing written
     resuming = shared is not None or (Path(cfg.output_dir) / STORAGE_FILE).is_file() and _resumable(cfg)
+    retained.check_new(plan.track, resuming)  # a new storage cannot hold a record of an absent retain model
     warm = bool(cfg.warm_start) and resuming and is_warm(shared if shared is not None else open_storage(url), plan)
     source = _warm_source(cfg) if cfg.warm_start and not warm else None
     resumed = prepare_output(cfg)
@@ -437,6 +439,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     track.need_original = not all(references_done(s, track.heldout_share is not None) for s in studies.values())
     if not track.need_original:
         log("θ0's evaluation: recorded in the storage by an earlier worker, not repeated")
+    track.recorded = retained.recorded(studies.values())  # the retain model's outputs (sweep/retained.py)
     track.prepare(log)
     check_models(studies.values(), {**model_digests(track.model, getattr(track, "retain_model", None)),
                                     "rows": track.rows_key()})
@@ -452,6 +455,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         if not references_done(study, track.heldout_share is not None):
             for key, value in track.references().items():
                 study.set_user_attr(key, value)
+    retained.record(studies.values(), track)
     log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")
     outcomes: dict[str, int] = {}
     ran = 0
@@ -483,6 +487,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
             study.tell(trial, state=TrialState.FAIL)
             continue
         outcome = run_trial(plan, study, trial, method, log)
+        retained.record(studies.values(), track)  # the retain model's scores the trial made, for the others
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         ran += 1
     try:

@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from obliviate.config import (
     LoraSettings,
@@ -38,6 +38,7 @@ from obliviate.eval.score import forget_score
 from obliviate.preflight import preflight_unlearn
 from obliviate.setups.world import DemoConfig, eval_config, preflight_demo, world_models
 from obliviate.sweep.defaults import DEMO_DEFAULTS, KNOWLEDGE_DEFAULTS, UNLEARN_DEFAULTS, Defaults
+from obliviate.sweep.retained import absent, stand_in
 from obliviate.sweep.storage import ORIGINAL_ROWS, RETAIN_ROWS
 from obliviate.train.student import load_model, student_copy
 
@@ -328,17 +329,24 @@ class KnowledgeTrack(Track):
 class TofuTrack(Track):
     """The demo and unlearn tracks: TOFU metrics against a retain model's truth ratios when there is one."""
 
+    recorded: dict[str, Any] | None = None  # the storage's record of the retain model's outputs (sweep/retained.py)
+    retain_missing: str | None = None  # eval.retain_model, when not on this machine (the record stands in)
+
     def metric_names(self) -> set[str]:
         from obliviate.eval.runner import tofu_metric_names
 
         return tofu_metric_names()
 
     def _ready(self, splits: dict, ev: Any, retain_model: Any, source: str, log: Log = print) -> None:
+        from obliviate.eval.heldout import tofu_cut
         from obliviate.eval.runner import forget_truth_ratios
 
         self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
         self.retain_tr = (forget_truth_ratios(retain_model, self.tok, splits["forget"], ev, self.max_length)
                           if retain_model is not None and "forget" in splits else None)
+        self.retain_scores = dict((self.recorded or {}).get("scores") or {})  # filled by the trials' evaluations
+        if self.retain_missing:
+            stand_in(self, self.retain_missing, log)
         if getattr(ev, "retain_reference", None):  # a retain model's evaluation log (eval/retain_reference.py)
             from obliviate.eval.retain_reference import retain_reference_truth_ratios
 
@@ -371,7 +379,7 @@ class TofuTrack(Track):
         splits = {k: [rows[i] for i in index[k]] for k, rows in self.splits.items() if len(index[k])}
         retain_tr = None if self.retain_tr is None else self.retain_tr[index["forget"]]
         return evaluate_model(model, self.tok, splits, self.ev, retain_tr, self.max_length, source=self.source,
-                              retain_model=self.retain_model)
+                              retain_model=self.retain_model, retain_scores=self.retain_scores)
 
     def evaluate(self, model: Any) -> dict[str, Any]:
         from obliviate.eval.runner import evaluate_model
@@ -379,7 +387,7 @@ class TofuTrack(Track):
         if self.cut is not None:
             return {**self._on(model, 0), REPORT_KEY: self._on(model, 1)}
         return evaluate_model(model, self.tok, self.splits, self.ev, self.retain_tr, self.max_length, source=self.source,
-                              retain_model=self.retain_model)
+                              retain_model=self.retain_model, retain_scores=self.retain_scores)
 
     def parts(self, evaluation: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, list], dict | None]:
         """With held-out rows: the selection part's metrics and rows, and the report part's, each computed on its own
@@ -399,19 +407,6 @@ class TofuTrack(Track):
 
 
 REPORT_KEY = "_report"  # an evaluation's held-out part, beside the selection part's metrics
-
-
-def tofu_cut(splits: Mapping[str, Sequence[Any]], share: float, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """({split: selection row indices}, {split: held-out row indices}), each sorted: eval/heldout.report_ids on ids
-    "<split>:<index>", so the cut depends on the splits' sizes, the share and the seed only."""
-    import numpy as np
-
-    from obliviate.eval.heldout import report_ids
-
-    held = report_ids({k: [f"{k}:{i}" for i in range(len(rows))] for k, rows in splits.items()}, share, seed)
-    select = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" not in held], dtype=int) for k, r in splits.items()}
-    report = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" in held], dtype=int) for k, r in splits.items()}
-    return select, report
 
 
 class DemoTrack(TofuTrack):
@@ -457,8 +452,12 @@ class UnlearnTrack(TofuTrack):
             raise ConfigError("a sweep evaluates every trial: set eval.enabled=true in the base config")
         if self.cfg.continual.enabled:
             raise ConfigError("a sweep runs one unlearning request per trial: set continual.enabled=false")
-        self._plan = preflight_unlearn(dataclasses.replace(self.cfg, output_dir=""), need_output=False)
-        return self._plan.lines
+        cfg, path = dataclasses.replace(self.cfg, output_dir=""), self.cfg.eval.retain_model
+        if absent(path):  # checked without it; prepare needs the storage's record of its outputs instead
+            cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, retain_model=None))
+        self._plan = preflight_unlearn(cfg, need_output=False)
+        return self._plan.lines + ([f"eval retain model: {path} is not here: the storage's record of its outputs "
+                                    "must stand in for it"] if absent(path) else [])
 
     def prepare(self, log: Log) -> None:
         from obliviate.eval.runner import load_eval_splits
@@ -473,7 +472,9 @@ class UnlearnTrack(TofuTrack):
         to_eval_device(self.model).eval()  # students are copies of it: they start where it is
         ev = self.cfg.eval
         source = ev.source or self.cfg.data.source
-        retain_model = to_eval_device(load_pretrained(ev.retain_model)[0]) if ev.retain_model else None
+        self.retain_missing = ev.retain_model if absent(ev.retain_model) else None
+        retain_model = to_eval_device(load_pretrained(ev.retain_model)[0]) if ev.retain_model and \
+            not self.retain_missing else None
         self._ready(load_eval_splits(source, ev), ev, retain_model, source, log)
 
     def forget_retain(self) -> tuple[list, list]:

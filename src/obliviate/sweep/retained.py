@@ -1,0 +1,71 @@
+"""The retain model's outputs, recorded once in a TOFU sweep's storage: what every trial measures against it (its
+forget truth ratios for forget quality; its Min-K% AUC and per-row losses on forget + holdout for PrivLeak and the
+reference attack) is fixed by its weights and the rows, so the first worker that loads it writes them into each
+study (`retain_outputs`), later workers read them instead of scoring it again in every trial, and a worker without
+the retain model's files (a fresh machine that has not fine-tuned it) runs on the record, to the same numbers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from obliviate.errors import ConfigError
+
+RECORD_KEY = "retain_outputs"
+
+
+def recorded(studies: Iterable[Any]) -> dict[str, Any] | None:
+    """The record of the retain model's outputs the studies hold (the fullest one: each worker may have added the
+    scores of rows its trials met), else None."""
+    found = [s.user_attrs.get(RECORD_KEY) for s in studies]
+    found = [r for r in found if isinstance(r, dict) and r.get("forget_tr") is not None]
+    return max(found, key=lambda r: len(r.get("scores") or {})) if found else None
+
+
+def record(studies: Iterable[Any], track: Any) -> bool:
+    """Write the track's retain outputs into every study whose record lacks some of them (only a track that ran the
+    retain model itself records); whether anything was written."""
+    if getattr(track, "retain_model", None) is None or getattr(track, "retain_tr", None) is None:
+        return False
+    out = {"forget_tr": [float(x) for x in track.retain_tr], "scores": dict(track.retain_scores)}
+    wrote = False
+    for study in studies:
+        have = study.user_attrs.get(RECORD_KEY) or {}
+        if have.get("forget_tr") != out["forget_tr"] or set(out["scores"]) - set(have.get("scores") or {}):
+            study.set_user_attr(RECORD_KEY, {"forget_tr": out["forget_tr"],
+                                             "scores": {**(have.get("scores") or {}), **out["scores"]}})
+            wrote = True
+    return wrote
+
+
+def absent(path: str | None) -> bool:
+    """A retain model named by a local path that is not there (a hub id is left to the loader)."""
+    return bool(path) and not Path(path).expanduser().exists()
+
+
+def missing_error(path: str, why: str) -> ConfigError:
+    return ConfigError(f"eval.retain_model {path!r}: not found, and {why}: make the retain model first (e.g. obliviate "
+                       "finetune), or run this worker where it is (a worker that loads it records its outputs for the "
+                       "others)")
+
+
+def check_new(track: Any, resuming: bool) -> None:
+    """Before a sweep writes anything: a new storage holds no record, so an absent retain model is an error now."""
+    path = getattr(getattr(track.cfg, "eval", None), "retain_model", None)
+    if absent(path) and not resuming:
+        raise missing_error(path, "this sweep is new, so no storage records its outputs to stand in for it")
+
+
+def stand_in(track: Any, path: str, log: Any) -> None:
+    """Where eval.retain_model is not on this machine: the storage's record stands in for it, else the error."""
+    rec = track.recorded
+    if not rec:
+        raise missing_error(path, "this sweep's storage records none of its outputs to stand in for it")
+    n = len(track.splits.get("forget") or [])
+    if len(rec["forget_tr"]) != n:
+        raise missing_error(path, f"the storage's record of it holds {len(rec['forget_tr'])} forget truth ratios for "
+                                  f"{n} forget rows")
+    import numpy as np
+
+    track.retain_tr = np.asarray(rec["forget_tr"], dtype=np.float64)
+    log(f"eval.retain_model {path}: not on this machine; its outputs recorded in the storage stand in for it "
+        f"({n} forget truth ratios, {len(rec.get('scores') or {})} scored row sets)")

@@ -1,0 +1,95 @@
+"""The retain model's outputs recorded in a TOFU sweep's storage (sweep/retained.py): a worker without the retain
+model's files runs a trial to the same numbers as one with them; without a record, a clear error and nothing written."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from obliviate.config import build
+from obliviate.errors import ConfigError
+from obliviate.sweep.config import SweepConfig
+from obliviate.sweep.retained import RECORD_KEY, recorded
+from obliviate.sweep.run import run_sweep
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _base(unlearn_base, tmp_path: Path, model_dir: Path) -> tuple[Path, Path]:
+    """The unlearn base with a retain model of its own (a copy of the tiny model, so it can be taken away) and a
+    holdout split, so that PrivLeak and the reference attack read the retain model in every trial."""
+    base = unlearn_base(max_steps=2, max_examples=6, max_new_tokens=3)
+    raw = yaml.safe_load(base.read_text())
+    retain = tmp_path / "retain"
+    shutil.copytree(model_dir, retain)
+    raw["eval"].update(retain_model=str(retain), holdout_split="holdout10")
+    base.write_text(yaml.safe_dump(raw))
+    return base, retain
+
+
+def _sweep(base: Path, out: Path, log) -> dict:
+    cfg = build(SweepConfig, {"base": str(base), "space": {"train.lr": {"float": [1e-6, 1e-2], "log": True}},
+                              "trials": 1, "start_at_recipe": True, "heldout_share": 0.5, "output_dir": str(out)})
+    return run_sweep(cfg, log=log)
+
+
+def _trial(out: Path):
+    study = optuna.load_study(study_name="sweep/npo+nll", storage=f"sqlite:///{out.resolve() / 'sweep.db'}")
+    return study, [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+
+
+def test_a_worker_without_the_retain_model_runs_on_its_record_to_the_same_numbers(unlearn_base, tmp_path, model_dir):
+    base, retain = _base(unlearn_base, tmp_path, model_dir)
+    first = tmp_path / "with"
+    assert _sweep(base, first, lambda s: None)["outcomes"] == {"complete": 1}
+    study, (trial,) = _trial(first)
+    rec = study.user_attrs[RECORD_KEY]
+    assert len(rec["forget_tr"]) == 6 and len(rec["scores"]) == 2  # one scored row set per part of the cut
+    for scores in rec["scores"].values():
+        assert 0.0 <= scores["auc_retrain"] <= 1.0 and len(scores["avg_loss"]) > 3  # forget part + holdout rows
+    m = trial.user_attrs["metrics"]
+    assert m["privleak_auc_retrain"] is not None and m["mia_reference_auc"] is not None
+    # the same study on a machine without the retain model: its recipe trial run again from the record
+    second = tmp_path / "without"
+    second.mkdir()
+    for name in ("sweep.db", "sweep.yaml"):
+        shutil.copy(first / name, second / name)
+    with sqlite3.connect(second / "sweep.db") as db:  # the recipe trial as if its worker had stopped
+        db.execute("UPDATE trials SET state = 'FAIL'")
+    shutil.rmtree(retain)
+    lines: list[str] = []
+    assert _sweep(base, second, lines.append)["outcomes"] == {"complete": 1}
+    assert any("not on this machine; its outputs recorded in the storage stand in for it (6 forget truth ratios, "
+               "2 scored row sets)" in line for line in lines)
+    _, (again,) = _trial(second)
+    assert again.params == trial.params
+    for key in ("forget_quality", "privleak", "privleak_auc_retrain", "mia_reference_auc", "mia_min_k_auc",
+                "forget_rougeL_recall", "model_utility"):
+        assert again.user_attrs["metrics"][key] == m[key], key
+        assert again.user_attrs["report"]["metrics"][key] == trial.user_attrs["report"]["metrics"][key], key
+
+
+def test_without_the_retain_model_or_its_record_the_error_says_so_and_nothing_is_written(unlearn_base, tmp_path,
+                                                                                           model_dir):
+    base, retain = _base(unlearn_base, tmp_path, model_dir)
+    shutil.rmtree(retain)
+    out = tmp_path / "new"
+    with pytest.raises(ConfigError, match=r"eval.retain_model .*retain': not found, and this sweep is new.*make the "
+                                          r"retain model first"):
+        _sweep(base, out, lambda s: None)
+    assert not out.exists()
+
+
+def test_the_fullest_record_is_read_and_none_without_one():
+    class Study:
+        def __init__(self, attrs):
+            self.user_attrs = attrs
+
+    small = {"forget_tr": [0.5], "scores": {"a": {}}}
+    full = {"forget_tr": [0.5], "scores": {"a": {}, "b": {}}}
+    assert recorded([Study({RECORD_KEY: small}), Study({RECORD_KEY: full}), Study({})]) == full
+    assert recorded([Study({}), Study({RECORD_KEY: {"scores": {}}})]) is None  # no truth ratios: not a record
