@@ -59,6 +59,7 @@ T_RECIPE_CUT = "tests/sweep/test_run.py::test_a_recipe_cut_short_with_its_worker
 T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
 T_MAP = ("tests/sweep/test_teachermap.py",)
+T_RETAINED = ("tests/sweep/test_retained.py",)
 T_STALL = ("tests/train/test_stall.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
@@ -814,6 +815,18 @@ MUTANTS: list[Mutant] = [
     Mutant("teacher map floor: the trials at the floor miscounted", "sweep/teachermap.py",
            'tried[(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None)] += r["trials"]',
            'tried[(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None)] += r["trials"] + 1', T_MAP),
+    Mutant("retain record: the recorded scores never read", "eval/runner.py",
+           "ref = (retain_scores or {}).get(key)", "ref = None", T_RETAINED),
+    Mutant("retain record: the scores made in a trial not kept", "eval/runner.py",
+           "            retain_scores[key] = ref", "            pass", T_RETAINED),
+    Mutant("retain record: kept under the rows alone", "eval/runner.py",
+           "json.dumps([rows, sorted(kw.items())], default=str)", "json.dumps([rows], default=str)", T_RETAINED),
+    Mutant("retain record: its truth ratios not standing in", "sweep/retained.py",
+           "track.retain_tr = np.asarray(rec[\"forget_tr\"], dtype=np.float64)", "track.retain_tr = None", T_RETAINED),
+    Mutant("retain record: a new sweep without the retain model let through", "sweep/retained.py",
+           "if absent(path) and not resuming:", "if absent(path) and resuming:", T_RETAINED),
+    Mutant("retain record: a record of other rows accepted", "sweep/retained.py",
+           'if len(rec["forget_tr"]) != n:', 'if len(rec["forget_tr"]) == n:', T_RETAINED),
     Mutant("stall: the last quarter compared with the whole run", "train/guard.py",
            "return sum(values[:q]) / q, sum(values[-q:]) / q",
            "return sum(values) / len(values), sum(values[-q:]) / q", T_STALL),

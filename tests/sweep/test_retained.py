@@ -93,3 +93,14 @@ def test_the_fullest_record_is_read_and_none_without_one():
     full = {"forget_tr": [0.5], "scores": {"a": {}, "b": {}}}
     assert recorded([Study({RECORD_KEY: small}), Study({RECORD_KEY: full}), Study({})]) == full
     assert recorded([Study({}), Study({RECORD_KEY: {"scores": {}}})]) is None  # no truth ratios: not a record
+
+
+def test_the_retain_models_scores_are_kept_under_their_rows_and_scoring_settings():
+    from obliviate.data.rows import QARow
+    from obliviate.eval.runner import scores_key
+
+    rows = [QARow("Who?", "Ann"), QARow("Where?", "Rome")]
+    kw = {"batch_size": 8, "max_length": 64, "token_rule": "open_unlearning"}
+    assert scores_key(rows, kw) == scores_key([("Who?", "Ann"), ("Where?", "Rome")], dict(reversed(kw.items())))
+    assert scores_key(rows, {**kw, "max_length": 32}) != scores_key(rows, kw)  # other settings: other scores
+    assert scores_key(rows[:1], kw) != scores_key(rows, kw) != scores_key(rows[::-1], kw)  # other rows, order
