@@ -2,6 +2,7 @@
 model's files runs a trial to the same numbers as one with them; without a record, a clear error and nothing written."""
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -71,6 +72,31 @@ def test_a_worker_without_the_retain_model_runs_on_its_record_to_the_same_number
                 "forget_rougeL_recall", "model_utility"):
         assert again.user_attrs["metrics"][key] == m[key], key
         assert again.user_attrs["report"]["metrics"][key] == trial.user_attrs["report"]["metrics"][key], key
+    # a record that lacks the retain model's scores (its worker stopped before a trial) cannot stand in for it
+    third = _copy_without_recipe(first, tmp_path / "no-scores", scores={})
+    with pytest.raises(ConfigError, match="holds no scores on forget \\+ holdout rows yet"):
+        _sweep(base, third, lambda s: None)
+    # nor scores of other rows: the trial fails with the reason, rather than reporting PrivLeak without its reference
+    fourth = _copy_without_recipe(first, tmp_path / "other-rows", scores={"other": {"auc_retrain": 0.5,
+                                                                                     "avg_loss": [1.0]}})
+    assert _sweep(base, fourth, lambda s: None)["outcomes"] == {"failed": 1}
+    failed = [t for t in _trial(fourth)[0].get_trials(deepcopy=False) if t.state.name == "FAIL"][-1]
+    assert "recorded scores do not cover these forget + holdout rows" in failed.user_attrs["error"]
+
+
+def _copy_without_recipe(src: Path, dst: Path, scores: dict) -> Path:
+    """The study in `src` copied to `dst`, its recipe trial as if cut, its retain record's scores replaced."""
+    dst.mkdir()
+    for name in ("sweep.db", "sweep.yaml"):
+        shutil.copy(src / name, dst / name)
+    with sqlite3.connect(dst / "sweep.db") as db:
+        db.execute("UPDATE trials SET state = 'FAIL'")
+        for sid, value in db.execute("SELECT study_id, value_json FROM study_user_attributes WHERE key = ?",
+                                     (RECORD_KEY,)).fetchall():
+            rec = {**json.loads(value), "scores": scores}
+            db.execute("UPDATE study_user_attributes SET value_json = ? WHERE key = ? AND study_id = ?",
+                       (json.dumps(rec), RECORD_KEY, sid))
+    return dst
 
 
 def test_without_the_retain_model_or_its_record_the_error_says_so_and_nothing_is_written(unlearn_base, tmp_path,

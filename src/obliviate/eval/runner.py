@@ -161,6 +161,9 @@ def _memorization(model: Any, tokenizer: Any, forget: list[QARow], source: str |
         ref = reference_scores(retain_model, tokenizer, items, n, kw)
         if retain_scores is not None:
             retain_scores[key] = ref
+    elif ref is None and retain_scores is not None:  # a record stands in for the retain model, but not for these rows
+        raise DataError("the retain model is not here and its recorded scores do not cover these forget + holdout rows "
+                        "(or these scoring settings): run a worker that has the retain model")
     auc_retrain = None if ref is None else ref["auc_retrain"]
     if ref is None and cfg.retain_reference:  # the retain model's log holds its Min-K% AUC, as for forget quality
         auc_retrain = retain_reference_privleak_auc(cfg.retain_reference)

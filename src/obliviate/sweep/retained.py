@@ -64,6 +64,10 @@ def stand_in(track: Any, path: str, log: Any) -> None:
     if len(rec["forget_tr"]) != n:
         raise missing_error(path, f"the storage's record of it holds {len(rec['forget_tr'])} forget truth ratios for "
                                   f"{n} forget rows")
+    ev = track.ev
+    if getattr(ev, "memorization", False) and getattr(ev, "holdout_split", None) and not rec.get("scores"):
+        raise missing_error(path, "the storage's record of it holds no scores on forget + holdout rows yet (a worker "
+                                  "that has it records them with its first trial)")
     import numpy as np
 
     track.retain_tr = np.asarray(rec["forget_tr"], dtype=np.float64)

@@ -344,7 +344,8 @@ class TofuTrack(Track):
         self.splits, self.ev, self.retain_model, self.source = splits, ev, retain_model, source
         self.retain_tr = (forget_truth_ratios(retain_model, self.tok, splits["forget"], ev, self.max_length)
                           if retain_model is not None and "forget" in splits else None)
-        self.retain_scores = dict((self.recorded or {}).get("scores") or {})  # filled by the trials' evaluations
+        self.retain_scores = dict((self.recorded or {}).get("scores") or {}) if retain_model is not None or \
+            self.retain_missing else None  # filled by the trials' evaluations; None: no retain model at all
         if self.retain_missing:
             stand_in(self, self.retain_missing, log)
         if getattr(ev, "retain_reference", None):  # a retain model's evaluation log (eval/retain_reference.py)
