@@ -110,6 +110,14 @@ def test_without_the_retain_model_or_its_record_the_error_says_so_and_nothing_is
     assert not out.exists()
 
 
+def test_a_retain_model_is_absent_when_neither_here_nor_on_the_hub(tmp_path, model_dir):
+    from obliviate.sweep.retained import absent
+
+    assert not absent(str(model_dir)) and not absent(None) and not absent("")
+    assert absent(str(tmp_path / "gone"))  # a path to nothing: what the pre-flight refuses
+    assert absent("runs/a-model-made-elsewhere")  # looks like a hub id, but neither here nor in the hub cache
+
+
 def test_the_fullest_record_is_read_and_none_without_one():
     class Study:
         def __init__(self, attrs):

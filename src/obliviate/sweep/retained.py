@@ -5,6 +5,7 @@ study (`retain_outputs`), later workers read them instead of scoring it again in
 the retain model's files (a fresh machine that has not fine-tuned it) runs on the record, to the same numbers."""
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,8 +39,21 @@ def record(studies: Iterable[Any], track: Any) -> bool:
 
 
 def absent(path: str | None) -> bool:
-    """A retain model named by a local path that is not there (a hub id is left to the loader)."""
-    return bool(path) and not Path(path).expanduser().exists()
+    """A retain model that is neither a local folder here nor a model the hub (or its cache, offline) has: what the
+    pre-flight's model check refuses."""
+    return bool(path) and not Path(path).expanduser().exists() and _refused(str(path))
+
+
+@lru_cache(maxsize=8)
+def _refused(path: str) -> bool:
+    from obliviate.errors import ObliviateError
+    from obliviate.modeling.sources import check_model_source
+
+    try:
+        check_model_source(path, "eval.retain_model")
+    except ObliviateError:
+        return True
+    return False
 
 
 def missing_error(path: str, why: str) -> ConfigError:
