@@ -7,7 +7,8 @@
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
 #    The retain model is skipped too once the study records its outputs (the first worker that loads it writes them).
-# 2. STUDY_DIR starts as a copy of the committed study (the snapshot's sweep.db) when it is new.
+# 2. STUDY_DIR starts as a copy of the committed study (the snapshot's sweep.db) when it is new; the RMU sweep takes
+#    the retain model's recorded outputs from the main study when both were made with the same models and rows.
 # 3. WORKERS workers of one thread (2 by default; each needs up to 12 GB of memory) run trials until SECONDS have
 #    passed; none starts one in the last DRAIN seconds (1500 by default, longer than a trial here), so none is cut.
 #    A trial cut anyway is done again by the next run.
@@ -27,18 +28,26 @@ case "$seconds$workers" in ''|*[!0-9]*) echo "SECONDS and WORKERS must be whole 
 [ -f "$config" ] || { echo "no $config: run this from the repository root" >&2; exit 2; }
 end=$(( $(date +%s) + seconds ))
 [ -d data/tofu-20 ] || python3 -m obliviate prepare tofu --authors 20 || exit $?
-recorded() {  # the study's storage records the retain model's outputs (sweep/retained.py): no need to make it
-  [ -f "$1" ] && python3 -c "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); sys.exit(0 if db.execute(
-    \"SELECT COUNT(*) FROM study_user_attributes WHERE key = 'retain_outputs'\").fetchone()[0] else 1)" "$1" 2>/dev/null
-}
-for which in target retain; do  # reused when already there (the same settings, weights and data)
-  if [ $which = retain ] && { recorded "$study/sweep.db" || { [ ! -f "$study/sweep.db" ] && recorded "$snap/sweep.db"; }; }
-  then echo "the retain model's outputs are recorded in the study: not fine-tuned here"; continue; fi
-  python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$which.yaml" || exit $?
-done
 if [ ! -f "$study/sweep.db" ] && [ -f "$snap/sweep.db" ]; then  # else the sweep starts its study afresh
   mkdir -p "$study" && cp "$snap/sweep.yaml" "$study/sweep.yaml" && cp "$snap/sweep.db" "$study/sweep.db" || exit $?
 fi
+main_db=runs/tofu20-study/sweep.db; [ -f "$main_db" ] || main_db=docs/sweeps/smollm2_tofu20_cpu/sweep.db
+if [ "${SWEEP:-main}" = rmu ] && [ -f "$study/sweep.db" ] && [ -f "$main_db" ]; then  # the same retain model and rows
+  python3 -m obliviate.sweep.retained "$main_db" "$study/sweep.db" || exit $?
+fi
+recorded() {  # the study's storage records the retain model's outputs with their scores (sweep/retained.py)
+  [ -f "$1" ] && python3 - "$1" 2>/dev/null <<'EOF'
+import json, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT value_json FROM study_user_attributes WHERE key = 'retain_outputs'")
+sys.exit(0 if any(json.loads(v).get("scores") for (v,) in rows) else 1)
+EOF
+}
+for which in target retain; do  # reused when already there (the same settings, weights and data)
+  if [ $which = retain ] && recorded "$study/sweep.db"; then
+    echo "the retain model's outputs are recorded in the study: not fine-tuned here"; continue
+  fi
+  python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$which.yaml" || exit $?
+done
 left=$(( end - $(date +%s) ))
 if [ "$left" -gt "${DRAIN:-1500}" ]; then
   DRAIN=${DRAIN:-1500} bash scripts/sweep_workers.sh "$config" "$study" "$workers" "$left" \

@@ -138,3 +138,56 @@ def test_the_retain_models_scores_are_kept_under_their_rows_and_scoring_settings
     assert scores_key(rows, kw) == scores_key([("Who?", "Ann"), ("Where?", "Rome")], dict(reversed(kw.items())))
     assert scores_key(rows, {**kw, "max_length": 32}) != scores_key(rows, kw)  # other settings: other scores
     assert scores_key(rows[:1], kw) != scores_key(rows, kw) != scores_key(rows[::-1], kw)  # other rows, order
+
+
+def test_a_record_is_adopted_only_by_studies_of_the_same_models_rows_and_settings(tmp_path):
+    from obliviate.sweep.retained import adopt
+
+    models = {"original": "aa", "retain": "bb", "rows": "cc"}
+    config = {"base": "b.yaml", "set": {"eval.max_examples": 100}, "heldout_share": 0.5, "seed": 0, "space": {}}
+    rec = {"forget_tr": [0.5, 0.25], "scores": {"k": {"auc_retrain": 0.5, "avg_loss": [1.0, 2.0]}}}
+
+    def storage(name: str, studies: dict) -> str:
+        url = f"sqlite:///{tmp_path / name}"
+        for study_name, attrs in studies.items():
+            study = optuna.create_study(study_name=study_name, storage=url)
+            for k, v in attrs.items():
+                study.set_user_attr(k, v)
+        return url
+
+    src = storage("src.db", {"sweep/A": {"models": models, "config": config, RECORD_KEY: rec}})
+    dst = storage("dst.db", {
+        "sweep/same": {"models": models, "config": {**config, "space": {"x": 1}}},  # another space: same outputs
+        "sweep/other-retain": {"models": {**models, "retain": "zz"}, "config": config},
+        "sweep/other-set": {"models": models, "config": {**config, "set": {"eval.max_examples": 50}}},
+        "sweep/other-cut": {"models": models, "config": {**config, "heldout_share": 0.3}},
+        "sweep/unmeasured": {"config": config}})  # no models recorded yet: nothing to match
+    assert adopt(src, dst) == 1
+    got = {s.study_name: optuna.load_study(study_name=s.study_name, storage=dst).user_attrs.get(RECORD_KEY)
+           for s in optuna.get_all_study_summaries(dst)}
+    assert got == {"sweep/same": rec, "sweep/other-retain": None, "sweep/other-set": None, "sweep/other-cut": None,
+                   "sweep/unmeasured": None}
+    assert adopt(src, dst) == 0  # already there
+    empty = storage("empty.db", {"sweep/A": {"models": models, "config": config,
+                                             RECORD_KEY: {**rec, "scores": {}}}})
+    assert adopt(empty, storage("dst2.db", {"sweep/same": {"models": models, "config": config}})) == 0
+
+
+def test_the_study_script_skips_the_retain_fine_tune_only_on_a_record_with_scores(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "tofu20_study.sh"
+
+    def skips(db: Path) -> bool:
+        cmd = f'source <(sed -n "/^recorded()/,/^}}/p" {script}); recorded {db}'
+        return subprocess.run(["bash", "-c", cmd], capture_output=True).returncode == 0
+
+    def storage(name: str, record: dict | None) -> Path:
+        study = optuna.create_study(study_name="sweep/A", storage=f"sqlite:///{tmp_path / name}")
+        if record is not None:
+            study.set_user_attr(RECORD_KEY, record)
+        return tmp_path / name
+
+    assert skips(storage("full.db", {"forget_tr": [0.5], "scores": {"k": {"auc_retrain": 0.5, "avg_loss": [1.0]}}}))
+    assert not skips(storage("empty.db", {"forget_tr": [0.5], "scores": {}}))  # its worker stopped before a trial
+    assert not skips(storage("none.db", None)) and not skips(tmp_path / "missing.db")

@@ -87,3 +87,40 @@ def stand_in(track: Any, path: str, log: Any) -> None:
     track.retain_tr = np.asarray(rec["forget_tr"], dtype=np.float64)
     log(f"eval.retain_model {path}: not on this machine; its outputs recorded in the storage stand in for it "
         f"({n} forget truth ratios, {len(rec.get('scores') or {})} scored row sets)")
+
+
+SAME = ("base", "set", "heldout_share", "seed")  # the config keys the retain model's outputs depend on (with the rows)
+
+
+def adopt(source: str, target: str) -> int:
+    """Copy the record of the retain model's outputs from one sweep storage (`source`, a database URL) into another's
+    studies that lack one, where both were measured against the same weights and rows (their `models` digests) under
+    the same base, overrides, held-out cut and seed: the same outputs (a record without scores is not copied). How
+    many studies received it."""
+    import optuna
+
+    def studies(url: str) -> list[Any]:
+        store = optuna.storages.RDBStorage(url)
+        return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
+
+    def key(study: Any) -> Any:
+        config = study.user_attrs.get("config") or {}
+        return study.user_attrs.get("models"), [config.get(k) for k in SAME]
+
+    records = [(key(s), r) for s in studies(source) if (r := recorded([s])) and r.get("scores")]
+    n = 0
+    for study in studies(target):
+        match = [r for k, r in records if k == key(study) and k[0]]
+        if match and not recorded([study]):
+            study.set_user_attr(RECORD_KEY, max(match, key=lambda r: len(r.get("scores") or {})))
+            n += 1
+    return n
+
+
+if __name__ == "__main__":  # python -m obliviate.sweep.retained SOURCE_DB TARGET_DB (scripts/tofu20_study.sh)
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m obliviate.sweep.retained SOURCE.db TARGET.db")
+    print(f"the retain model's recorded outputs copied into {adopt(*(f'sqlite:///{p}' for p in sys.argv[1:]))} "
+          f"studies of {sys.argv[2]}")
