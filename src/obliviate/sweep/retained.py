@@ -9,7 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, ObliviateError
+from obliviate.modeling.sources import check_model_source
 
 RECORD_KEY = "retain_outputs"
 
@@ -46,9 +47,6 @@ def absent(path: str | None) -> bool:
 
 @lru_cache(maxsize=8)
 def _refused(path: str) -> bool:
-    from obliviate.errors import ObliviateError
-    from obliviate.modeling.sources import check_model_source
-
     try:
         check_model_source(path, "eval.retain_model")
     except ObliviateError:
