@@ -55,6 +55,7 @@ def _refused(path: str) -> bool:
 
 
 def missing_error(path: str, why: str) -> ConfigError:
+    """The error for a retain model that is not here and whose record cannot stand in for it (`why`), with the fix."""
     return ConfigError(f"eval.retain_model {path!r}: not found, and {why}: make the retain model first (e.g. obliviate "
                        "finetune), or run this worker where it is (a worker that loads it records its outputs for the "
                        "others)")
