@@ -60,6 +60,8 @@ T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
 T_MAP = ("tests/sweep/test_teachermap.py",)
 T_RETAINED = ("tests/sweep/test_retained.py",)
+T_AUDITS = ("tests/sweep/test_export.py::test_an_audits_trial_is_read_from_the_config_it_trained",
+            "tests/sweep/test_export.py::test_compare_adds_each_best_audit_as_the_audit_wrote_it")
 T_STALL = ("tests/train/test_stall.py",)
 T_TOFU_HELD = ("tests/sweep/test_run.py::test_a_tofu_sweep_selects_on_some_rows_and_reports_on_the_others",)
 T_PAPERS_ROWS = "tests/sweep/test_compare.py::test_the_papers_columns_resample_forget_quality_and_model_utility_over_rows"
@@ -847,6 +849,10 @@ MUTANTS: list[Mutant] = [
            ("tests/sweep/test_run.py::test_a_sweep_over_an_unlearn_config_reports_tofu_metrics",)),
     Mutant("stall: the note not attached to the run's result", "train/loop.py",
            "result.stall = stalled(result.history, cfg.lr)", "result.stall = None", T_STALL),
+    Mutant("audits: an earlier best's audit shown as the current best's", "sweep/audits.py",
+           "if trial is not None and trial != b.point.name:", "if trial is None and trial != b.point.name:", T_AUDITS),
+    Mutant("audits: the audited trial read from the wrong part of the header", "sweep/audits.py",
+           "return found.group(1) if found else None", "return found.group(0) if found else None", T_AUDITS),
 ]
 
 

@@ -12,8 +12,8 @@
 # 3. WORKERS workers of one thread (2 by default; each needs up to 12 GB of memory) run trials until SECONDS have
 #    passed; none starts one in the last DRAIN seconds (1500 by default, longer than a trial here), so none is cut.
 #    A trial cut anyway is done again by the next run.
-# 4. The study is written back as the committed snapshot, with its report (obliviate compare). Run from the
-#    repository root.
+# 4. The study is written back as the committed snapshot, with its report (obliviate compare; with the bests' audits
+#    when scripts/tofu20_audits.sh has made some). Run from the repository root.
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]" >&2; exit 2; fi
 case "${SWEEP:-main}" in
@@ -63,4 +63,8 @@ src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
 src.backup(dst)
 dst.close(); src.close()
 EOF
-python3 -m obliviate compare "$snap" --out "$snap"
+if [ -d "$snap/audits" ]; then  # with the bests' audits (scripts/tofu20_audits.sh), unless none is of a current best
+  python3 -m obliviate compare "$snap" --audits "$snap/audits" --out "$snap" || python3 -m obliviate compare "$snap" --out "$snap"
+else
+  python3 -m obliviate compare "$snap" --out "$snap"
+fi

@@ -202,7 +202,7 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     run_sweep(cfg, log=lambda s: None)
     monkeypatch.chdir(tmp_path)
     script = Path(__file__).resolve().parents[2] / "scripts" / "audit_bests.sh"
-    done = subprocess.run(["bash", str(script), str(out), "audits", "2", "audit.max_new_tokens=4",
+    done = subprocess.run(["bash", str(script), str(out), "audits", "2", "audit.max_new_tokens=4", "eval.enabled=false",
                            "audit.relearn_steps=1", "audit.max_examples=4"], capture_output=True, text=True,
                           env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr + (tmp_path / "audits/logs/NPO.log").read_text()
@@ -235,6 +235,34 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     err = capsys.readouterr().err
     assert "no audit of a best under empty" in err and "empty/NPO/audit/audit.json" in err and not (tmp_path / "cmp2").exists()
     assert main(["compare", str(out), "--audits", "nowhere", "--out", "cmp3"]) == 2 and not (tmp_path / "cmp3").exists()
+    # resumable: the config it trained is kept beside the audit, and a best audited already is not trained again
+    assert (tmp_path / "audits/NPO/best.yaml").read_text() == (tmp_path / "audits/best/NPO.yaml").read_text()
+    made = (tmp_path / "audits/NPO/audit/audit.json").stat().st_mtime_ns
+    again = subprocess.run(["bash", str(script), str(out), "audits", "2"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
+    assert again.returncode == 0 and "NPO: its best is audited already (audits/NPO)" in again.stdout, again.stderr
+    assert (tmp_path / "audits/NPO/audit/audit.json").stat().st_mtime_ns == made
+    # an audit of an earlier best (its best.yaml names another trial) is not shown as the current best's
+    kept = tmp_path / "audits/NPO/best.yaml"
+    kept.write_text(kept.read_text().replace("# NPO #0 of the sweep", "# NPO #7 of the sweep", 1))
+    assert main(["compare", str(out), "--audits", "audits", "--out", "cmp4"]) == 2 and not (tmp_path / "cmp4").exists()
+    assert "audits of an earlier best, not shown: NPO (audited NPO #7, best now NPO #0)" in capsys.readouterr().err
+    # and one whose best changed is trained again, unless UNTIL has passed: then it says what it left
+    late = subprocess.run(["bash", str(script), str(out), "audits", "2"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "UNTIL": "1"})
+    assert late.returncode == 2 and "1 audits not started (UNTIL has passed)" in late.stderr
+    assert (tmp_path / "audits/NPO/audit/audit.json").stat().st_mtime_ns == made
+
+
+def test_an_audits_trial_is_read_from_the_config_it_trained(tmp_path):
+    from obliviate.sweep.audits import audited_trial, best_header
+
+    (tmp_path / "NPO+SAGO").mkdir()
+    assert audited_trial(tmp_path, "NPO+SAGO") is None  # no best.yaml: an audit run by hand
+    (tmp_path / "NPO+SAGO/best.yaml").write_text(best_header("NPO+SAGO #12", Path("sw"), "bar") + "method: {}\n")
+    assert audited_trial(tmp_path, "NPO+SAGO") == "NPO+SAGO #12"
+    (tmp_path / "NPO+SAGO/best.yaml").write_text("method: {}\n")
+    assert audited_trial(tmp_path, "NPO+SAGO") is None
 
 
 @pytest.mark.parametrize("script, args, message", [
@@ -242,9 +270,13 @@ def test_compare_adds_each_best_audit_as_the_audit_wrote_it(unlearn_base, tmp_pa
     ("audit_bests.sh", ["{tmp}", "out", "two"], "JOBS must be a whole number of at least 1, not 'two'"),
     ("audit_bests.sh", ["{tmp}", "out", "0"], "JOBS must be a whole number of at least 1, not '0'"),
     ("audit_bests.sh", ["{tmp}", "out", "2"], "no sweep in {tmp} (no sweep.yaml): run obliviate sweep first"),
+    ("audit_bests.sh", ["{tmp}", "out", "2", "UNTIL=9pm"], "UNTIL must be a time in seconds since the epoch, not '9pm'"),
     ("sweep_workers.sh", ["a.yaml", "out", "2"], "usage: bash scripts/sweep_workers.sh CONFIG OUTPUT_DIR WORKERS"),
     ("sweep_workers.sh", ["a.yaml", "out", "2", "1h"], "WORKERS and SECONDS must be whole numbers"),
     ("sweep_workers.sh", ["{tmp}/a.yaml", "out", "2", "60"], "no such sweep config: {tmp}/a.yaml"),
+    ("tofu20_audits.sh", [], "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]"),
+    ("tofu20_audits.sh", ["60", "JOBS=two"], "SECONDS, JOBS and DRAIN must be whole numbers"),
+    ("tofu20_audits.sh", ["60"], "no docs/sweeps/smollm2_tofu20_cpu/sweep.yaml: run this from the repository root"),
     ("tofu20_study.sh", [], "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]"),
     ("tofu20_study.sh", ["1h"], "SECONDS and WORKERS must be whole numbers"),
     ("tofu20_study.sh", ["60"], "no configs/sweep/smollm2_tofu20.yaml: run this from the repository root"),

@@ -18,7 +18,7 @@ import yaml
 from obliviate.config import build, to_dict
 from obliviate.errors import ObliviateError
 from obliviate.eval.score import nearest_to_bar
-from obliviate.sweep.audits import slug
+from obliviate.sweep.audits import best_header, slug
 from obliviate.sweep.compare import best_per_method, collect, scales, with_bar
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.run import CONFIG_FILE, plan_sweep
@@ -66,8 +66,7 @@ def write_best_configs(sweep_dir: Path, out: Path, log: Log = print, bar: Mappin
     out.mkdir(parents=True, exist_ok=True)
     for method, (point, raw) in raws.items():  # every file checked before the first is written
         path = out / f"{slug(method)}.yaml"
-        head = (f"# {point.name} of the sweep in {sweep_dir}: its best under the bar ({judge.describe()}).\n"
-                f"# Run: {COMMAND[plan.track.kind]} {path}\n")
+        head = best_header(point.name, sweep_dir, judge.describe()) + f"# Run: {COMMAND[plan.track.kind]} {path}\n"
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(head + yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
         tmp.replace(path)
