@@ -2,7 +2,10 @@
 # The TOFU-20 study (results §24) goes on on this machine for SECONDS, from where its committed snapshot stands:
 #   bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]     (STUDY_DIR: runs/tofu20-study by default)
 # SWEEP=rmu runs the RMU sweep over a wider learning-rate range instead (configs/sweep/smollm2_tofu20_rmu.yaml; its
-# snapshot docs/sweeps/smollm2_tofu20_rmu_cpu, its folder runs/tofu20-rmu-study by default); SWEEP=main is the default.
+# snapshot docs/sweeps/smollm2_tofu20_rmu_cpu, its folder runs/tofu20-rmu-study by default); SWEEP=forget05 runs each
+# method's selected point again on the 5% forget split (configs/sweep/smollm2_tofu20_forget05.yaml, written by
+# `obliviate compare docs/sweeps/smollm2_tofu20_cpu --transfer` once the main study is done; its retain model is
+# fine-tuned on retain95; snapshot docs/sweeps/smollm2_tofu20_forget05_cpu); SWEEP=main is the default.
 # 1. TOFU's last 20 authors (data/tofu-20) and both fine-tunes (the target, the retain model), each skipped when
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
@@ -21,8 +24,11 @@ case "${SWEEP:-main}" in
         extra=(warm_start=tofu20-cpu);;
   rmu) snap=docs/sweeps/smollm2_tofu20_rmu_cpu; config=configs/sweep/smollm2_tofu20_rmu.yaml
        mine=runs/tofu20-rmu-study; extra=();;
-  *) echo "SWEEP must be main or rmu, not '$SWEEP'" >&2; exit 2;;
+  forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; config=configs/sweep/smollm2_tofu20_forget05.yaml
+            mine=runs/tofu20-forget05-study; extra=();;
+  *) echo "SWEEP must be main, rmu or forget05, not '$SWEEP'" >&2; exit 2;;
 esac
+retain=retain; [ "${SWEEP:-main}" = forget05 ] && retain=retain95  # its retain model never saw the forget05 author
 seconds=$1; study=${2:-$mine}; workers=${WORKERS:-2}
 case "$seconds$workers" in ''|*[!0-9]*) echo "SECONDS and WORKERS must be whole numbers" >&2; exit 2;; esac
 [ -f "$config" ] || { echo "no $config: run this from the repository root" >&2; exit 2; }
@@ -42,8 +48,8 @@ rows = sqlite3.connect(sys.argv[1]).execute("SELECT value_json FROM study_user_a
 sys.exit(0 if any(json.loads(v).get("scores") for (v,) in rows) else 1)
 EOF
 }
-for which in target retain; do  # reused when already there (the same settings, weights and data)
-  if [ $which = retain ] && recorded "$study/sweep.db"; then
+for which in target "$retain"; do  # reused when already there (the same settings, weights and data)
+  if [ "$which" = "$retain" ] && recorded "$study/sweep.db"; then
     echo "the retain model's outputs are recorded in the study: not fine-tuned here"; continue
   fi
   python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$which.yaml" || exit $?
