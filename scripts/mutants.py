@@ -60,6 +60,7 @@ T_PREPARE = ("tests/cli/test_prepare.py",)
 T_AGG = ("tests/eval/test_aggregates.py",)
 T_MAP = ("tests/sweep/test_teachermap.py",)
 T_RETAINED = ("tests/sweep/test_retained.py",)
+T_MACHINE = ("tests/sweep/test_machine.py",)
 T_AUDITS = ("tests/sweep/test_export.py::test_an_audits_trial_is_read_from_the_config_it_trained",
             "tests/sweep/test_export.py::test_compare_adds_each_best_audit_as_the_audit_wrote_it")
 T_STALL = ("tests/train/test_stall.py",)
@@ -853,6 +854,13 @@ MUTANTS: list[Mutant] = [
            "if trial is not None and trial != b.point.name:", "if trial is None and trial != b.point.name:", T_AUDITS),
     Mutant("audits: the audited trial read from the wrong part of the header", "sweep/audits.py",
            "return found.group(1) if found else None", "return found.group(0) if found else None", T_AUDITS),
+    Mutant("kernels: an environment taken whose fingerprint the study does not record", "sweep/machine.py",
+           "if probe(env) in prints:", "if probe(env) not in prints:", T_MACHINE),
+    Mutant("kernels: a target with other weights let through", "sweep/machine.py",
+           "if made and digest not in made:", "if made and digest in made:", T_MACHINE),
+    Mutant("kernels: a fingerprint recorded again", "sweep/machine.py",
+           'if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(KEY) or []}]',
+           "]", T_MACHINE),
 ]
 
 

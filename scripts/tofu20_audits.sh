@@ -3,7 +3,8 @@
 # NF4 and GGUF Q4_0 quantisation, paraphrases, membership inference), for SECONDS, from where the committed audits
 # stand:
 #   bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]     (OUTPUT_DIR: runs/tofu20-audits by default)
-# 1. TOFU's last 20 authors and the target fine-tune, each skipped when already there (the retain model is not needed:
+# 1. TOFU's last 20 authors and the target fine-tune, each skipped when already there, with the study's CPU kernels
+#    (scripts/tofu20_study.sh) and its weights checked against the study's (the retain model is not needed:
 #    the audit's 0% reference is the unlearned model itself, and the runs skip the evaluation the study has made).
 # 2. OUTPUT_DIR starts with the committed audits (docs/sweeps/smollm2_tofu20_cpu/audits/<method>: the config each
 #    audit trained and its audit.json); scripts/audit_bests.sh skips a method whose audit is of its current best.
@@ -19,7 +20,10 @@ snap=docs/sweeps/smollm2_tofu20_cpu; kept=$snap/audits
 [ -f "$snap/sweep.yaml" ] || { echo "no $snap/sweep.yaml: run this from the repository root" >&2; exit 2; }
 end=$(( $(date +%s) + seconds ))
 [ -d data/tofu-20 ] || python3 -m obliviate prepare tofu --authors 20 || exit $?
+kernels=$(python3 -m obliviate.sweep.machine env "$snap/sweep.db") || exit $?  # the study's CPU kernels here
+if [ -n "$kernels" ]; then echo "the study's CPU kernels on this machine: $kernels"; eval "$kernels"; fi
 python3 -m obliviate finetune --config configs/tofu/smollm2/finetune_target.yaml || exit $?
+python3 -m obliviate.sweep.machine record "$snap/sweep.db" runs/tofu20-smollm2-target || exit $?
 for done in "$kept"/*/best.yaml; do  # the committed audits, unless this folder has its own
   [ -e "$done" ] || continue
   method=$(basename "$(dirname "$done")")

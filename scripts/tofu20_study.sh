@@ -10,6 +10,9 @@
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
 #    The retain model is skipped too once the study records its outputs (the first worker that loads it writes them).
+#    Before them, the CPU kernels: where the study records those its target was made with (sweep/machine.py), the
+#    setting that reproduces them here is exported, or the script stops when none does; after them, the target's
+#    weights are checked against the study's and this machine's kernels recorded.
 # 2. STUDY_DIR starts as a copy of the committed study (the snapshot's sweep.db) when it is new; the RMU sweep takes
 #    the retain model's recorded outputs from the main study when both were made with the same models and rows.
 # 3. WORKERS workers of one thread (2 by default; each needs up to 12 GB of memory) run trials until SECONDS have
@@ -48,12 +51,17 @@ rows = sqlite3.connect(sys.argv[1]).execute("SELECT value_json FROM study_user_a
 sys.exit(0 if any(json.loads(v).get("scores") for (v,) in rows) else 1)
 EOF
 }
+kernels=$(python3 -m obliviate.sweep.machine env "$study/sweep.db" "$main_db") || exit $?  # before the fine-tunes
+if [ -n "$kernels" ]; then echo "the study's CPU kernels on this machine: $kernels"; eval "$kernels"; fi
 for which in target "$retain"; do  # reused when already there (the same settings, weights and data)
   if [ "$which" = "$retain" ] && recorded "$study/sweep.db"; then
     echo "the retain model's outputs are recorded in the study: not fine-tuned here"; continue
   fi
   python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$which.yaml" || exit $?
 done
+if [ -f "$study/sweep.db" ]; then  # the target's weights are the study's: its kernels recorded for later machines
+  python3 -m obliviate.sweep.machine record "$study/sweep.db" runs/tofu20-smollm2-target || exit $?
+fi
 left=$(( end - $(date +%s) ))
 if [ "$left" -gt "${DRAIN:-1500}" ]; then
   DRAIN=${DRAIN:-1500} bash scripts/sweep_workers.sh "$config" "$study" "$workers" "$left" \

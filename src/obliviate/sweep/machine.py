@@ -1,0 +1,177 @@
+"""Which CPU kernels a study's fine-tuned models were made with, so that a machine whose kernels round differently is
+told before it spends the fine-tunes, not after (sweep/workers.py refuses other weights only once they exist).
+
+A fingerprint is the SHA-256 of what the fine-tune's arithmetic gives on fixed inputs: float32 matrix products at
+SmolLM2-135M's widths forward and backward (MLP 576 -> 1536 -> 576, a 49,152-token output layer), RMS norm, SiLU,
+cross-entropy and one AdamW step, on torch's default threads. The study records it (key "kernels": one entry per
+fingerprint, with the CPU and the variables it was taken with) once its target's weights are checked on a machine; a
+later machine probes each environment of KNOWN in a fresh process (MKL reads its variables when it loads) and takes
+the first whose fingerprint the study records, or is told that none is.
+
+    python -m obliviate.sweep.machine env STUDY.db [MORE.db]  # shell `export` lines of the matching environment
+    python -m obliviate.sweep.machine record STUDY.db TARGET   # check the target's weights, record the fingerprint
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from obliviate.errors import ObliviateError
+from obliviate.modeling.load import load_model
+from obliviate.sweep.workers import model_digests
+
+KEY = "kernels"
+# native kernels; MKL's AVX2 code path, the one it takes on CPUs that are not Intel's (MKL_ENABLE_INSTRUCTIONS is
+# read on Intel CPUs only)
+KNOWN: tuple[dict[str, str], ...] = ({}, {"MKL_ENABLE_INSTRUCTIONS": "AVX2"})
+
+
+def fingerprint() -> str:
+    """SHA-256 (hex) of the fine-tune's arithmetic on fixed inputs in this process (see the module's docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+
+    def param(*shape: int) -> Any:
+        return (torch.randn(*shape, generator=g) * 0.02).requires_grad_()
+
+    x = torch.randn(16 * 192, 576, generator=g)
+    norm, up, down, head = param(576), param(1536, 576), param(576, 1536), param(49152, 576)
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * (1 + norm)
+    y = F.silu(h @ up.T) @ down.T + x
+    logits = y[:256] @ head.T
+    loss = F.cross_entropy(logits, torch.randint(0, 49152, (256,), generator=g))
+    loss.backward()
+    params = [norm, up, down, head]
+    grads = [p.grad.clone() for p in params]
+    torch.optim.AdamW(params, lr=2e-4, weight_decay=0.01).step()
+    digest = hashlib.sha256()
+    for t in (y, logits, *grads, *params):
+        digest.update(t.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform module says where there is none."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def probe(env: Mapping[str, str]) -> str:
+    """The fingerprint in a fresh Python process with `env` added to this one's (MKL reads it when torch loads)."""
+    done = subprocess.run([sys.executable, "-c", "from obliviate.sweep.machine import fingerprint; print(fingerprint())"],
+                          capture_output=True, text=True, env={**os.environ, **env})
+    if done.returncode != 0:
+        raise ObliviateError(f"the kernel fingerprint failed with {dict(env) or 'no added variables'}: "
+                             f"{done.stderr.strip()[-500:]}")
+    return done.stdout.strip()
+
+
+def matching(recorded: Iterable[Mapping[str, Any]], known: Iterable[Mapping[str, str]] = KNOWN
+             ) -> dict[str, str] | None:
+    """The first environment of `known` whose fingerprint here is one of the recorded ones; None when none is."""
+    prints = {r["fingerprint"] for r in recorded}
+    for env in known:
+        if probe(env) in prints:
+            return dict(env)
+    return None
+
+
+def _studies(db: str) -> list[Any]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = f"sqlite:///{db}"
+    return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
+
+
+def recorded_kernels(studies: Iterable[Any]) -> list[dict[str, Any]]:
+    """The kernels the studies record (each fingerprint once, in the order first recorded); [] when none does."""
+    out: list[dict[str, Any]] = []
+    for s in studies:
+        out += [k for k in s.user_attrs.get(KEY) or [] if k["fingerprint"] not in {o["fingerprint"] for o in out}]
+    return out
+
+
+def _described(rec: Iterable[Mapping[str, Any]]) -> str:
+    return "; ".join(f"{r.get('cpu', '?')}, fingerprint {r['fingerprint'][:12]}" for r in rec) or "not recorded"
+
+
+def env_lines(*dbs: str) -> str:
+    """`export` lines for the environment (of KNOWN) whose fingerprint is one the studies at `dbs` record (a study
+    and the one whose target it shares); empty when they record none or when this environment is it; an
+    ObliviateError when none matches."""
+    db = ", ".join(dbs)
+    rec = recorded_kernels([s for d in dict.fromkeys(dbs) if Path(d).is_file() for s in _studies(d)])
+    if not rec:
+        return ""
+    env = matching(rec)
+    if env is None:
+        here = probe({})
+        raise ObliviateError(
+            f"this machine's CPU kernels round differently from those the study in {db} was made with (there: "
+            f"{_described(rec)}; here: {cpu_name()}, {here[:12]} natively, and no other known setting gives theirs): "
+            "its fine-tunes would give other weights, which the workers refuse; run it on a machine of the study's "
+            "kind, or start a new study (another STUDY_DIR)")
+    return "".join(f"export {k}={v}\n" for k, v in env.items())
+
+
+def record(db: str, target: str) -> str:
+    """Check the target's weights against those the study at `db` records (when it does) and record this machine's
+    kernels in each of its studies that lacks them; a line saying what was done. An ObliviateError when the weights
+    differ: the fine-tune here gave others."""
+
+    if not Path(db).is_file():
+        return f"no study in {db} yet: its first worker records the models, a later run the kernels"
+    studies = _studies(db)
+    digest = model_digests(load_model(target))["original"]  # as the workers take it
+    made = {(s.user_attrs.get("models") or {}).get("original") for s in studies} - {None}
+    if made and digest not in made:
+        raise ObliviateError(
+            f"{target}'s weights ({digest[:12]}) are not those the study in {db} was made with "
+            f"({', '.join(sorted(d[:12] for d in made))}): this machine ({cpu_name()}, kernel fingerprint "
+            f"{fingerprint()[:12]}) fine-tunes other weights than the study's (kernels there: "
+            f"{_described(recorded_kernels(studies))}); the workers would refuse them: run it on a machine of the "
+            "study's kind, or start a new study (another STUDY_DIR)")
+    kernels = {"fingerprint": fingerprint(), "cpu": cpu_name(),
+               "env": {k: os.environ[k] for env in KNOWN for k in env if k in os.environ}}
+    missing = [s for s in studies
+               if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(KEY) or []}]
+    for s in missing:
+        s.set_user_attr(KEY, [*(s.user_attrs.get(KEY) or []), kernels])
+    what = f"recorded in {len(missing)} studies" if missing else "recorded already"
+    return f"kernels {kernels['fingerprint'][:12]} ({kernels['cpu']}, {json.dumps(kernels['env'])}): {what}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m obliviate.sweep.machine env STUDY.db [MORE.db ...] | record STUDY.db TARGET_DIR"
+    if not args or not ((args[0] == "env" and len(args) >= 2) or (args[0] == "record" and len(args) == 3)):
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        if args[0] == "env":
+            print(env_lines(*args[1:]), end="")
+        else:
+            print(record(args[1], args[2]))
+    except ObliviateError as exc:
+        print(f"obliviate: error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
