@@ -859,8 +859,11 @@ MUTANTS: list[Mutant] = [
     Mutant("kernels: a target with other weights let through", "sweep/machine.py",
            "if made and digest not in made:", "if made and digest in made:", T_MACHINE),
     Mutant("kernels: a fingerprint recorded again", "sweep/machine.py",
-           'if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(KEY) or []}]',
+           'if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(key) or []}]',
            "]", T_MACHINE),
+    Mutant("kernels: a setting seen giving other weights tried again", "sweep/machine.py",
+           "if probe(e) not in {o[\"fingerprint\"] for o in other}), None)",
+           "if probe(e) in {o[\"fingerprint\"] for o in other}), None)", T_MACHINE),
 ]
 
 

@@ -56,6 +56,20 @@ def test_a_machine_no_known_setting_matches_is_told_before_its_fine_tunes(tmp_pa
     assert "start a new study" in msg
 
 
+def test_before_the_studys_own_kernels_are_recorded_those_seen_giving_other_weights_are_avoided(tmp_path, monkeypatch):
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    native = {"fingerprint": "a" * 64, "cpu": "Intel Xeon", "env": {}, "weights": "7" * 64}
+    db = _db(tmp_path, {"kernels_other": [native]})
+    monkeypatch.setattr(machine, "probe", lambda env: "c" * 64 if env else "a" * 64)
+    assert machine.env_lines(db) == "export MKL_ENABLE_INSTRUCTIONS=AVX2\n"  # not seen yet: worth a fine-tune
+    monkeypatch.setattr(machine, "probe", lambda env: "d" * 64)
+    assert machine.env_lines(db) == ""  # native kernels not seen giving other weights
+    both = _db(tmp_path, {"kernels_other": [native, {**native, "fingerprint": "c" * 64}]}, "both.db")
+    monkeypatch.setattr(machine, "probe", lambda env: "c" * 64 if env else "a" * 64)
+    with pytest.raises(ObliviateError, match="every known setting here was seen fine-tuning other weights"):
+        machine.env_lines(both)
+
+
 def test_without_a_recorded_fingerprint_nothing_is_probed_or_written(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "probe", lambda env: pytest.fail("probed"))
     assert machine.env_lines(_db(tmp_path, {"models": {"original": "0" * 64}})) == ""
@@ -90,6 +104,9 @@ def test_a_target_with_other_weights_is_refused_and_nothing_recorded(tmp_path, m
     assert "are not those the study" in str(err.value) and "000000000000" in str(err.value)
     assert "AMD EPYC 9R14, fingerprint bbbbbbbbbbbb" in str(err.value)
     assert [a["kernels"] for a in _attrs(db)] == [AMD, AMD]
+    seen = {"fingerprint": "f" * 64, "cpu": machine.cpu_name(), "env": {}, "weights": model_digests(
+        load_model(str(model_dir)))["original"]}
+    assert [a["kernels_other"] for a in _attrs(db)] == [[seen]] * 2  # so the next such machine stops earlier
     assert "no study in" in machine.record(str(tmp_path / "none.db"), str(model_dir))
     assert not (tmp_path / "none.db").exists()
 

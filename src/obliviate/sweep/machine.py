@@ -6,7 +6,9 @@ SmolLM2-135M's widths forward and backward (MLP 576 -> 1536 -> 576, a 49,152-tok
 cross-entropy and one AdamW step, on torch's default threads. The study records it (key "kernels": one entry per
 fingerprint, with the CPU and the variables it was taken with) once its target's weights are checked on a machine; a
 later machine probes each environment of KNOWN in a fresh process (MKL reads its variables when it loads) and takes
-the first whose fingerprint the study records, or is told that none is.
+the first whose fingerprint the study records, or is told that none is. Kernels seen fine-tuning other weights are
+recorded too (key "kernels_other"), so that before any machine of the study's kind has recorded its own, a machine
+whose every known setting is among them is stopped before its fine-tunes.
 
     python -m obliviate.sweep.machine env STUDY.db [MORE.db]  # shell `export` lines of the matching environment
     python -m obliviate.sweep.machine record STUDY.db TARGET   # check the target's weights, record the fingerprint
@@ -25,9 +27,10 @@ from obliviate.errors import ObliviateError
 from obliviate.modeling.load import load_model
 from obliviate.sweep.workers import model_digests
 
-KEY = "kernels"
-# native kernels; MKL's AVX2 code path, the one it takes on CPUs that are not Intel's (MKL_ENABLE_INSTRUCTIONS is
-# read on Intel CPUs only)
+KEY = "kernels"  # kernels whose fine-tune gave the study's weights
+OTHER = "kernels_other"  # kernels seen fine-tuning other weights (with the digest they gave)
+# native kernels; MKL's AVX2 code path (MKL_ENABLE_INSTRUCTIONS is read on Intel CPUs only: a guess at what MKL runs
+# on AMD ones, which did not reproduce the TOFU-20 study's AMD target on an Intel Xeon: results §24)
 KNOWN: tuple[dict[str, str], ...] = ({}, {"MKL_ENABLE_INSTRUCTIONS": "AVX2"})
 
 
@@ -98,11 +101,12 @@ def _studies(db: str) -> list[Any]:
     return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
 
 
-def recorded_kernels(studies: Iterable[Any]) -> list[dict[str, Any]]:
-    """The kernels the studies record (each fingerprint once, in the order first recorded); [] when none does."""
+def recorded_kernels(studies: Iterable[Any], key: str = KEY) -> list[dict[str, Any]]:
+    """The kernels the studies record under `key` (each fingerprint once, in the order first recorded); [] when none
+    does."""
     out: list[dict[str, Any]] = []
     for s in studies:
-        out += [k for k in s.user_attrs.get(KEY) or [] if k["fingerprint"] not in {o["fingerprint"] for o in out}]
+        out += [k for k in s.user_attrs.get(key) or [] if k["fingerprint"] not in {o["fingerprint"] for o in out}]
     return out
 
 
@@ -115,45 +119,59 @@ def env_lines(*dbs: str) -> str:
     and the one whose target it shares); empty when they record none or when this environment is it; an
     ObliviateError when none matches."""
     db = ", ".join(dbs)
-    rec = recorded_kernels([s for d in dict.fromkeys(dbs) if Path(d).is_file() for s in _studies(d)])
-    if not rec:
+    studies = [s for d in dict.fromkeys(dbs) if Path(d).is_file() for s in _studies(d)]
+    rec, other = recorded_kernels(studies), recorded_kernels(studies, OTHER)
+    if rec:
+        env = matching(rec)
+    elif other:  # no machine of the study's kind recorded yet: a setting not seen giving other weights may
+        env = next((dict(e) for e in KNOWN if probe(e) not in {o["fingerprint"] for o in other}), None)
+    else:
         return ""
-    env = matching(rec)
     if env is None:
         here = probe({})
+        there = (f"there: {_described(rec)}" if rec else
+                 f"every known setting here was seen fine-tuning other weights: {_described(other)}")
         raise ObliviateError(
-            f"this machine's CPU kernels round differently from those the study in {db} was made with (there: "
-            f"{_described(rec)}; here: {cpu_name()}, {here[:12]} natively, and no other known setting gives theirs): "
-            "its fine-tunes would give other weights, which the workers refuse; run it on a machine of the study's "
-            "kind, or start a new study (another STUDY_DIR)")
+            f"this machine's CPU kernels round differently from those the study in {db} was made with ({there}; "
+            f"here: {cpu_name()}, {here[:12]} natively, and no other known setting gives theirs): its fine-tunes "
+            "would give other weights, which the workers refuse; run it on a machine of the study's kind, or start "
+            "a new study (another STUDY_DIR)")
     return "".join(f"export {k}={v}\n" for k, v in env.items())
 
 
 def record(db: str, target: str) -> str:
     """Check the target's weights against those the study at `db` records (when it does) and record this machine's
     kernels in each of its studies that lacks them; a line saying what was done. An ObliviateError when the weights
-    differ: the fine-tune here gave others."""
+    differ (the fine-tune here gave others), after recording these kernels with the digest they gave under OTHER."""
 
     if not Path(db).is_file():
         return f"no study in {db} yet: its first worker records the models, a later run the kernels"
     studies = _studies(db)
     digest = model_digests(load_model(target))["original"]  # as the workers take it
     made = {(s.user_attrs.get("models") or {}).get("original") for s in studies} - {None}
+    kernels = {"fingerprint": fingerprint(), "cpu": cpu_name(),
+               "env": {k: os.environ[k] for env in KNOWN for k in env if k in os.environ}}
     if made and digest not in made:
+        _add(studies, OTHER, {**kernels, "weights": digest})
         raise ObliviateError(
             f"{target}'s weights ({digest[:12]}) are not those the study in {db} was made with "
             f"({', '.join(sorted(d[:12] for d in made))}): this machine ({cpu_name()}, kernel fingerprint "
-            f"{fingerprint()[:12]}) fine-tunes other weights than the study's (kernels there: "
+            f"{kernels['fingerprint'][:12]}) fine-tunes other weights than the study's (kernels there: "
             f"{_described(recorded_kernels(studies))}); the workers would refuse them: run it on a machine of the "
-            "study's kind, or start a new study (another STUDY_DIR)")
-    kernels = {"fingerprint": fingerprint(), "cpu": cpu_name(),
-               "env": {k: os.environ[k] for env in KNOWN for k in env if k in os.environ}}
-    missing = [s for s in studies
-               if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(KEY) or []}]
-    for s in missing:
-        s.set_user_attr(KEY, [*(s.user_attrs.get(KEY) or []), kernels])
-    what = f"recorded in {len(missing)} studies" if missing else "recorded already"
+            "study's kind, or start a new study (another STUDY_DIR). These kernels are recorded as such, so that "
+            "the next machine like this one stops before its fine-tunes")
+    added = _add(studies, KEY, kernels)
+    what = f"recorded in {added} studies" if added else "recorded already"
     return f"kernels {kernels['fingerprint'][:12]} ({kernels['cpu']}, {json.dumps(kernels['env'])}): {what}"
+
+
+def _add(studies: Iterable[Any], key: str, kernels: Mapping[str, Any]) -> int:
+    """Append `kernels` to `key` in each study that lacks its fingerprint; how many did."""
+    missing = [s for s in studies
+               if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(key) or []}]
+    for s in missing:
+        s.set_user_attr(key, [*(s.user_attrs.get(key) or []), dict(kernels)])
+    return len(missing)
 
 
 def main(argv: list[str] | None = None) -> int:
