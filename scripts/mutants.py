@@ -855,15 +855,14 @@ MUTANTS: list[Mutant] = [
     Mutant("audits: the audited trial read from the wrong part of the header", "sweep/audits.py",
            "return found.group(1) if found else None", "return found.group(0) if found else None", T_AUDITS),
     Mutant("kernels: an environment taken whose fingerprint the study does not record", "sweep/machine.py",
-           "if probe(env) in prints:", "if probe(env) not in prints:", T_MACHINE),
+           "if (seen[-1] in good) if good", "if (seen[-1] not in good) if good", T_MACHINE),
     Mutant("kernels: a target with other weights let through", "sweep/machine.py",
            "if made and digest not in made:", "if made and digest in made:", T_MACHINE),
     Mutant("kernels: a fingerprint recorded again", "sweep/machine.py",
            'if kernels["fingerprint"] not in {k["fingerprint"] for k in s.user_attrs.get(key) or []}]',
            "]", T_MACHINE),
     Mutant("kernels: a setting seen giving other weights tried again", "sweep/machine.py",
-           "if probe(e) not in {o[\"fingerprint\"] for o in other}), None)",
-           "if probe(e) in {o[\"fingerprint\"] for o in other}), None)", T_MACHINE),
+           "else (seen[-1] not in bad):", "else (seen[-1] in bad):", T_MACHINE),
 ]
 
 

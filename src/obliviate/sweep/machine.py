@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from obliviate.errors import ObliviateError
 from obliviate.modeling.load import load_model
+from obliviate.sweep.storage import all_studies
 from obliviate.sweep.workers import model_digests
 
 KEY = "kernels"  # kernels whose fine-tune gave the study's weights
@@ -83,22 +84,8 @@ def probe(env: Mapping[str, str]) -> str:
     return done.stdout.strip()
 
 
-def matching(recorded: Iterable[Mapping[str, Any]], known: Iterable[Mapping[str, str]] = KNOWN
-             ) -> dict[str, str] | None:
-    """The first environment of `known` whose fingerprint here is one of the recorded ones; None when none is."""
-    prints = {r["fingerprint"] for r in recorded}
-    for env in known:
-        if probe(env) in prints:
-            return dict(env)
-    return None
-
-
 def _studies(db: str) -> list[Any]:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    store = f"sqlite:///{db}"
-    return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
+    return all_studies(f"sqlite:///{db}")
 
 
 def recorded_kernels(studies: Iterable[Any], key: str = KEY) -> list[dict[str, Any]]:
@@ -121,22 +108,22 @@ def env_lines(*dbs: str) -> str:
     db = ", ".join(dbs)
     studies = [s for d in dict.fromkeys(dbs) if Path(d).is_file() for s in _studies(d)]
     rec, other = recorded_kernels(studies), recorded_kernels(studies, OTHER)
-    if rec:
-        env = matching(rec)
-    elif other:  # no machine of the study's kind recorded yet: a setting not seen giving other weights may
-        env = next((dict(e) for e in KNOWN if probe(e) not in {o["fingerprint"] for o in other}), None)
-    else:
+    if not rec and not other:
         return ""
-    if env is None:
-        here = probe({})
-        there = (f"there: {_described(rec)}" if rec else
-                 f"every known setting here was seen fine-tuning other weights: {_described(other)}")
-        raise ObliviateError(
-            f"this machine's CPU kernels round differently from those the study in {db} was made with ({there}; "
-            f"here: {cpu_name()}, {here[:12]} natively, and no other known setting gives theirs): its fine-tunes "
-            "would give other weights, which the workers refuse; run it on a machine of the study's kind, or start "
-            "a new study (another STUDY_DIR)")
-    return "".join(f"export {k}={v}\n" for k, v in env.items())
+    good, bad = {r["fingerprint"] for r in rec}, {o["fingerprint"] for o in other}
+    seen = []
+    for env in KNOWN:  # native first; each probed once
+        seen.append(probe(env))
+        # with no machine of the study's kind recorded yet, a setting not seen giving other weights may
+        if (seen[-1] in good) if good else (seen[-1] not in bad):
+            return "".join(f"export {k}={v}\n" for k, v in env.items())
+    there = (f"there: {_described(rec)}" if rec else
+             f"every known setting here was seen fine-tuning other weights: {_described(other)}")
+    raise ObliviateError(
+        f"this machine's CPU kernels round differently from those the study in {db} was made with ({there}; "
+        f"here: {cpu_name()}, {seen[0][:12]} natively, and no other known setting gives theirs): its fine-tunes "
+        "would give other weights, which the workers refuse; run it on a machine of the study's kind, or start "
+        "a new study (another STUDY_DIR)")
 
 
 def record(db: str, target: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.modeling.sources import check_model_source
+from obliviate.sweep.storage import all_studies
 
 RECORD_KEY = "retain_outputs"
 
@@ -96,19 +97,13 @@ def adopt(source: str, target: str) -> int:
     studies that lack one, where both were measured against the same weights and rows (their `models` digests) under
     the same base, overrides, held-out cut and seed: the same outputs (a record without scores is not copied). How
     many studies received it."""
-    import optuna
-
-    def studies(url: str) -> list[Any]:
-        store = optuna.storages.RDBStorage(url)
-        return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
-
     def key(study: Any) -> Any:
         config = study.user_attrs.get("config") or {}
         return study.user_attrs.get("models"), [config.get(k) for k in SAME]
 
-    records = [(key(s), r) for s in studies(source) if (r := recorded([s])) and r.get("scores")]
+    records = [(key(s), r) for s in all_studies(source) if (r := recorded([s])) and r.get("scores")]
     n = 0
-    for study in studies(target):
+    for study in all_studies(target):
         match = [r for k, r in records if k == key(study) and k[0]]
         if match and not recorded([study]):
             study.set_user_attr(RECORD_KEY, max(match, key=lambda r: len(r.get("scores") or {})))

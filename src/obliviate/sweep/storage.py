@@ -54,6 +54,14 @@ def open_storage(url: str) -> Any:
                           "database driver and that the server is reachable)") from None
 
 
+def all_studies(url: str) -> list[Any]:
+    """Every study in the storage at `url` (open_storage's URLs), loaded."""
+    import optuna
+
+    store = open_storage(url)
+    return [optuna.load_study(study_name=s.study_name, storage=store) for s in optuna.get_all_study_summaries(store)]
+
+
 def _rdb(url: str, attempts: int = 5) -> Any:
     """An RDB storage; workers started together may race to create the tables (one sees a half-made schema or a
     lock): such a start is tried again after a short pause, a bad URL or a refused connection fails at once."""
