@@ -4,8 +4,9 @@
 # SWEEP=rmu runs the RMU sweep over a wider learning-rate range instead (configs/sweep/smollm2_tofu20_rmu.yaml; its
 # snapshot docs/sweeps/smollm2_tofu20_rmu_cpu, its folder runs/tofu20-rmu-study by default); SWEEP=forget05 runs each
 # method's selected point again on the 5% forget split (configs/sweep/smollm2_tofu20_forget05.yaml, written by
-# `obliviate compare docs/sweeps/smollm2_tofu20_cpu --transfer` once the main study is done; its retain model is
-# fine-tuned on retain95; snapshot docs/sweeps/smollm2_tofu20_forget05_cpu); SWEEP=main is the default.
+# `obliviate compare docs/sweeps/smollm2_tofu20_cpu --transfer`; its retain model is fine-tuned on retain95; snapshot
+# docs/sweeps/smollm2_tofu20_forget05_cpu; its target is its own, made on the first machine that ran it, whichever
+# kind: it checks its own recorded kernels only); SWEEP=main is the default.
 # 1. TOFU's last 20 authors (data/tofu-20) and both fine-tunes (the target, the retain model), each skipped when
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
@@ -51,7 +52,8 @@ rows = sqlite3.connect(sys.argv[1]).execute("SELECT value_json FROM study_user_a
 sys.exit(0 if any(json.loads(v).get("scores") for (v,) in rows) else 1)
 EOF
 }
-kernels=$(python3 -m obliviate.sweep.machine env "$study/sweep.db" "$main_db") || exit $?  # before the fine-tunes
+shares=("$main_db"); [ "${SWEEP:-main}" = forget05 ] && shares=()  # the studies whose target this one is
+kernels=$(python3 -m obliviate.sweep.machine env "$study/sweep.db" "${shares[@]}") || exit $?  # before the fine-tunes
 if [ -n "$kernels" ]; then echo "the study's CPU kernels on this machine: $kernels"; eval "$kernels"; fi
 for which in target "$retain"; do  # reused when already there (the same settings, weights and data)
   if [ "$which" = "$retain" ] && recorded "$study/sweep.db"; then
@@ -70,6 +72,8 @@ else
   echo "no time left for a trial after the fine-tunes ($left s); the study is as it was" >&2
 fi
 [ -f "$study/sweep.db" ] || { echo "no study in $study: nothing to write back" >&2; exit 1; }
+# a study its first workers made here records this machine's kernels now (else: "recorded already")
+python3 -m obliviate.sweep.machine record "$study/sweep.db" runs/tofu20-smollm2-target || exit $?
 if [ ! -f "$snap/sweep.yaml" ]; then mkdir -p "$snap" && cp "$study/sweep.yaml" "$snap/sweep.yaml" || exit $?; fi
 python3 - "$study/sweep.db" "$snap/sweep.db" <<'EOF' || exit $?
 import sqlite3, sys  # a consistent copy even while a worker of another run writes

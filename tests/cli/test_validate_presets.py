@@ -33,7 +33,7 @@ def workdir(tmp_path_factory, small_tok, rwku_source) -> Path:
                  "obliviate-demo/models/retain"):
         save_model(root / name, model, small_tok)
     deep = tiny_llama(small_tok, hidden_size=16, num_layers=30, num_heads=2, seed=0)  # SmolLM2-135M's 30 layers
-    for name in ("runs/tofu20-smollm2-target", "runs/tofu20-smollm2-retain90"):
+    for name in ("runs/tofu20-smollm2-target", "runs/tofu20-smollm2-retain90", "runs/tofu20-smollm2-retain95"):
         save_model(root / name, deep, small_tok)
     write_world(make_world(10, seed=0, forget_percents=(10,)), root / "obliviate-demo" / "world")
     corpora = root / "data" / "wmdp" / "wmdp-corpora"

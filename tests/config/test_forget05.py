@@ -1,0 +1,60 @@
+"""The TOFU-20 forget05 study (configs/sweep/smollm2_tofu20_forget05.yaml) runs each method of the main TOFU-20
+study at exactly the point that study selected: each method's section must be the main sweep's section with the
+named trial's recorded values written in (what `obliviate compare --transfer` writes), and its settings the main
+sweep's with only the splits, the retain model and the output folder changed, so neither file can drift from the
+other or from the committed storage unnoticed. (`--transfer` itself needs the fine-tuned target, so it is not rerun
+here: tests/config/test_transfer.py runs it on a study that needs none.)"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import yaml
+
+from obliviate.sweep.export import _with_params
+
+ROOT = Path(__file__).resolve().parents[2]
+FORGET05 = ROOT / "configs" / "sweep" / "smollm2_tofu20_forget05.yaml"
+MAIN = ROOT / "configs" / "sweep" / "smollm2_tofu20.yaml"
+STORAGE = ROOT / "docs" / "sweeps" / "smollm2_tofu20_cpu" / "sweep.db"
+SPLITS = {"data.forget_split": "forget05", "data.retain_split": "retain95", "eval.forget_split": "forget05_perturbed",
+          "eval.holdout_split": "holdout05", "eval.retain_model": "runs/tofu20-smollm2-retain95"}
+
+
+def _named_points() -> dict[str, int]:
+    """The trial each method's section comes from, as the file's header names it ("ASU_KL #5, ...")."""
+    text = FORGET05.read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("#   ASU_KL #"))
+    return {m: int(n) for m, n in re.findall(r"([A-Za-z_+]+) #(\d+)", line)}
+
+
+def _params(method: str, number: int) -> dict:
+    db = sqlite3.connect(f"file:{STORAGE}?mode=ro", uri=True)
+    try:
+        (value,), = db.execute(
+            "SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) JOIN studies s "
+            "USING (study_id) WHERE s.study_name = ? AND t.number = ? AND a.key = 'params'",
+            (f"sweep/{method}", number)).fetchall()
+    finally:
+        db.close()
+    return json.loads(value)
+
+
+def test_each_method_runs_the_point_the_main_study_named() -> None:
+    shipped, main = yaml.safe_load(FORGET05.read_text()), yaml.safe_load(MAIN.read_text())
+    named = _named_points()
+    assert set(named) == set(shipped["methods"]) == set(main["methods"])
+    for method, number in named.items():
+        assert shipped["methods"][method] == _with_params(main["methods"][method], _params(method, number)), method
+    assert {m for m, n in named.items() if n == 0} == {"NPO", "SimNPO", "RMU"}  # the authors' recipe was their best
+
+
+def test_only_the_rows_and_the_retain_model_change() -> None:
+    shipped, main = yaml.safe_load(FORGET05.read_text()), yaml.safe_load(MAIN.read_text())
+    assert shipped["set"] == {**main["set"], **SPLITS}
+    assert shipped["space"] == {} and shipped["trials"] == 1 and shipped["start_at_recipe"] is True
+    for key in ("base", "repeats", "heldout_share", "seed", "search"):
+        assert shipped[key] == main[key], key
+    assert shipped["output_dir"] == "obliviate-sweep-smollm2-tofu20-forget05"
