@@ -50,3 +50,24 @@ def test_poisoned_held_out_rows_leave_the_selection_part_unchanged():
         "row_ids"][k])] for k, vals in EVALUATION["rows"].items()}}
     assert part(poisoned, {"b", "c"}, report=False) == part(EVALUATION, {"b", "c"}, report=False)
     assert part(poisoned, {"b", "c"}, report=True) != part(EVALUATION, {"b", "c"}, report=True)
+
+
+
+def test_unseen_positions_drop_the_held_out_rows_a_source_selection_read():
+    from obliviate.eval.heldout import unseen_positions
+
+    # two rows: the cut holds one out by position; reversing the rows puts the row the source selected there
+    source = ["a", "b"]
+    assert unseen_positions(source, source, 0.5, 0, 0.5, 0) == [0]  # the same rows, the same cut: never read
+    assert unseen_positions(source[::-1], source, 0.5, 0, 0.5, 0) == []  # the held-out row is the one it read
+    assert unseen_positions(["c", "d"], source, 0.5, 0, 0.5, 0) == [0]  # rows it never had
+    # four of eight rows (as forget05 is half of forget10): exactly the held-out rows that are not selection rows
+    many = [f"q{i}" for i in range(8)]
+    got = unseen_positions(many[4:], many, 0.5, 0, 0.5, 0)
+    assert got == [p for p, q in enumerate(_held(many[4:])) if q in _held(many)]
+
+
+def _held(rows):
+    from obliviate.eval.heldout import tofu_cut
+
+    return [rows[i] for i in tofu_cut({"forget": rows}, 0.5, 0)[1]["forget"]]

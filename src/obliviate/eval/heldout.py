@@ -69,3 +69,14 @@ def tofu_cut(splits: Mapping[str, Sequence[Any]], share: float, seed: int) -> tu
     select = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" not in held], dtype=int) for k, r in splits.items()}
     report = {k: np.array([i for i in range(len(r)) if f"{k}:{i}" in held], dtype=int) for k, r in splits.items()}
     return select, report
+
+
+def unseen_positions(rows: Sequence[Any], source_rows: Sequence[Any], share: float, seed: int,
+                     source_share: float, source_seed: int) -> list[int]:
+    """Positions, within a TOFU split's held-out part (tofu_cut's order), of the rows that another study's selection
+    never read: those not in the selection part of `source_rows` (that study's split, cut with its own share and seed),
+    rows matched by equality (e.g. question text). A transfer study (export.write_transfer_config) whose rows overlap
+    its source's reports on these to keep selection and verdict apart."""
+    seen = {source_rows[i] for i in tofu_cut({"forget": source_rows}, source_share, source_seed)[0]["forget"]}
+    held = tofu_cut({"forget": rows}, share, seed)[1]["forget"]
+    return [p for p, i in enumerate(held) if rows[i] not in seen]
