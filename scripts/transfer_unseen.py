@@ -59,6 +59,11 @@ def main(argv: list[str]) -> int:
     from obliviate.eval.intervals import bootstrap
 
     transfer, source = (Path(a) for a in argv)
+    for d in (transfer, source):
+        if not (d / "sweep.yaml").is_file() or not (d / "sweep.db").is_file():
+            print(f"{d} is not a sweep snapshot (no sweep.yaml and sweep.db): pass the folders `obliviate compare` "
+                  "reads, e.g. docs/sweeps/smollm2_tofu20_forget05_cpu docs/sweeps/smollm2_tofu20_cpu", file=sys.stderr)
+            return 2
     rows, share, seed = _questions(transfer)
     src_rows, src_share, src_seed = _questions(source)
     keep = unseen_positions(rows, src_rows, share, seed, src_share, src_seed)

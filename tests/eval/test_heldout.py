@@ -71,3 +71,15 @@ def _held(rows):
     from obliviate.eval.heldout import tofu_cut
 
     return [rows[i] for i in tofu_cut({"forget": rows}, 0.5, 0)[1]["forget"]]
+
+
+def test_transfer_unseen_script_refuses_a_folder_that_is_not_a_snapshot(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "transfer_unseen.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "is not a sweep snapshot (no sweep.yaml and sweep.db)" in done.stderr
+    assert list(tmp_path.iterdir()) == []
