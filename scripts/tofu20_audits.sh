@@ -3,6 +3,8 @@
 # NF4 and GGUF Q4_0 quantisation, paraphrases, membership inference), for SECONDS, from where the committed audits
 # stand:
 #   bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]     (OUTPUT_DIR: runs/tofu20-audits by default)
+# SWEEP=forget05 audits the forget05 study's points instead (docs/sweeps/smollm2_tofu20_forget05_cpu, on its own
+# target, whose kernels it records: a machine of that study's kind; OUTPUT_DIR runs/tofu20-forget05-audits).
 # 1. TOFU's last 20 authors and the target fine-tune, each skipped when already there, with the study's CPU kernels
 #    (scripts/tofu20_study.sh) and its weights checked against the study's (the retain model is not needed:
 #    the audit's 0% reference is the unlearned model itself, and the runs skip the evaluation the study has made).
@@ -14,9 +16,13 @@
 #    snapshot's report. Run from the repository root.
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]" >&2; exit 2; fi
-seconds=$1; out=${2:-runs/tofu20-audits}; jobs=${JOBS:-2}; drain=${DRAIN:-2400}
+case "${SWEEP:-main}" in
+  main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits;;
+  forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; mine=runs/tofu20-forget05-audits;;
+  *) echo "SWEEP must be main or forget05, not '$SWEEP'" >&2; exit 2;;
+esac
+seconds=$1; out=${2:-$mine}; jobs=${JOBS:-2}; drain=${DRAIN:-2400}; kept=$snap/audits
 case "$seconds$jobs$drain" in ''|*[!0-9]*) echo "SECONDS, JOBS and DRAIN must be whole numbers" >&2; exit 2;; esac
-snap=docs/sweeps/smollm2_tofu20_cpu; kept=$snap/audits
 [ -f "$snap/sweep.yaml" ] || { echo "no $snap/sweep.yaml: run this from the repository root" >&2; exit 2; }
 end=$(( $(date +%s) + seconds ))
 [ -d data/tofu-20 ] || python3 -m obliviate prepare tofu --authors 20 || exit $?
