@@ -139,7 +139,9 @@ def papers_section(coll: Collection, bests: Sequence[Any], level: float = 0.95,
              "model utility, FE and MU recomputed from their resampled per-row parts, each split drawn on its own; "
              "the ratio to θ0 drawn on the same rows for both; † over seeds only: some of those trials kept no "
              "per-row values of that number's parts; ‡ θ0's utility fixed, not drawn: the study kept no per-row "
-             "values of θ0, so the ratio's interval is wider than a paired one)."
+             "values of θ0, so the ratio's interval is wider than a paired one). Forget quality's mean can lie above "
+             "its interval: a KS p-value near 1 means the two truth-ratio columns are nearly alike, and a draw of "
+             "rows with repeats mostly parts them, so its percentile interval can sit below the value on all rows."
              + (" The last columns: the share of the forgotten knowledge each attack brings back in the audit of the "
                 "best trained again alone (see the next section), with its 95% interval over the forget rows."
                 if extra else ""), "",
