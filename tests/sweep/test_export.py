@@ -296,3 +296,26 @@ def test_the_study_scripts_refuse_bad_arguments_with_exit_2_and_write_nothing(sc
                           env={**os.environ, **env})
     assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_audit_section_names_each_best_it_has_no_audit_of(tmp_path):
+    """A best without an audit.json under the folder gets no row, and the note under the table names it with its
+    trial (a partly audited study says which bests it lacks); the audited best's row holds its shares by hand."""
+    from types import SimpleNamespace
+
+    from obliviate.sweep.audits import audit_section
+
+    (tmp_path / "NPO/audit").mkdir(parents=True)
+    verdict = {"relearn": {"share": 0.25, "interval": [0.1, 0.4]}, "quantize": {"share": 0.0, "interval": [0.0, 0.05]}}
+    (tmp_path / "NPO/audit/audit.json").write_text(json.dumps({"verdict": verdict, "ref0": "the unlearned model"}))
+    bests = [SimpleNamespace(method=m, point=SimpleNamespace(name=f"{m} #{i}")) for i, m in enumerate(("NPO", "RMU",
+                                                                                                         "GradDiff"))]
+    lines, summary = audit_section(bests, tmp_path)
+    assert list(summary) == ["NPO"] and summary["NPO"]["shares"]["relearn"] == 0.25
+    assert "| NPO | NPO #0 | 25% [10%, 40%] | 0% [0%, 5%] | n/a | n/a | the unlearned model |" in lines
+    assert f"Bests with no audit under {tmp_path}: RMU (RMU #1), GradDiff (GradDiff #2)." in lines
+    (tmp_path / "RMU/audit").mkdir(parents=True)
+    (tmp_path / "RMU/audit/audit.json").write_text(json.dumps({"verdict": {}, "ref0": "x"}))
+    (tmp_path / "GradDiff/audit").mkdir(parents=True)
+    (tmp_path / "GradDiff/audit/audit.json").write_text(json.dumps({"verdict": {}, "ref0": "x"}))
+    assert not any(line.startswith("Bests with no audit") for line in audit_section(bests, tmp_path)[0])

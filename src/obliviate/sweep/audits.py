@@ -54,10 +54,11 @@ def audit_section(bests: Sequence[Any], audits: Path) -> tuple[list[str], dict[s
              "rows (none for mia, an AUC). One run each: the rows are all the interval resamples.", "",
              "| method | best | " + " | ".join(ATTACKS) + " | 0% reference |", "|---|---|" + "---|" * len(ATTACKS) + "---|"]
     summary: dict[str, Any] = {}
-    stale = []
+    stale, missing = [], []
     for b in named:
         path = audit_file(audits, b.method)
         if not path.is_file():
+            missing.append(f"{b.method} ({b.point.name})")
             continue
         trial = audited_trial(audits, b.method)
         if trial is not None and trial != b.point.name:  # the best changed since: not this best's audit
@@ -86,4 +87,6 @@ def audit_section(bests: Sequence[Any], audits: Path) -> tuple[list[str], dict[s
                              f"best/<method>.yaml audit.enabled=true output_dir={audits}/<method>`")
     note = [f"Audits of an earlier best, not shown: {', '.join(stale)}; run scripts/audit_bests.sh again to audit "
             "the current best.", ""] if stale else []
+    if missing:
+        note += [f"Bests with no audit under {audits}: {', '.join(missing)}.", ""]
     return lines + [""] + note, summary
