@@ -278,6 +278,7 @@ def test_an_audits_trial_is_read_from_the_config_it_trained(tmp_path):
     ("tofu20_audits.sh", ["60", "JOBS=two"], "SECONDS, JOBS and DRAIN must be whole numbers"),
     ("tofu20_audits.sh", ["60"], "no docs/sweeps/smollm2_tofu20_cpu/sweep.yaml: run this from the repository root"),
     ("tofu20_audits.sh", ["60", "SWEEP=all"], "SWEEP must be main or forget05, not 'all'"),
+    ("tofu20_audits.sh", ["60", "REF0=both"], "REF0 must be unlearned or retain, not 'both'"),
     ("tofu20_audits.sh", ["60", "SWEEP=forget05"],
      "no docs/sweeps/smollm2_tofu20_forget05_cpu/sweep.yaml: run this from the repository root"),
     ("tofu20_study.sh", [], "usage: bash scripts/tofu20_study.sh SECONDS [STUDY_DIR]"),
