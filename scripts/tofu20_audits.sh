@@ -10,8 +10,9 @@
 # forget rows. It fine-tunes that model when missing, keeps those audits apart (<snapshot>/audits-retain, OUTPUT_DIR
 # <default>-retain), and the snapshot's report shows them once any exist (else those against the unlearned model).
 # 1. TOFU's last 20 authors and the target fine-tune, each skipped when already there, with the study's CPU kernels
-#    (scripts/tofu20_study.sh) and its weights checked against the study's (the retain model only with REF0=retain:
-#    else the audit's 0% reference is the unlearned model itself; the runs skip the evaluation the study has made).
+#    (scripts/tofu20_study.sh) and its weights checked against the study's (the retain model only with REF0=retain,
+#    its weights checked too: else the audit's 0% reference is the unlearned model itself; the runs skip the
+#    evaluation the study has made).
 # 2. OUTPUT_DIR starts with the committed audits (docs/sweeps/smollm2_tofu20_cpu/audits/<method>: the config each
 #    audit trained and its audit.json); scripts/audit_bests.sh skips a method whose audit is of its current best.
 # 3. JOBS audits of one thread at once (2 by default); none starts in the last DRAIN seconds (2400 by default, longer
@@ -42,6 +43,7 @@ python3 -m obliviate finetune --config configs/tofu/smollm2/finetune_target.yaml
 python3 -m obliviate.sweep.machine record "$snap/sweep.db" runs/tofu20-smollm2-target || exit $?
 if [ ${#ref[@]} -gt 0 ]; then  # the 0% reference: the study's retain model (reused when already there)
   python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$retain.yaml" || exit $?
+  python3 -m obliviate.sweep.machine retain "$snap/sweep.db" "runs/tofu20-smollm2-$retain" || exit $?  # its weights
 fi
 for done in "$kept"/*/best.yaml; do  # the committed audits, unless this folder has its own
   [ -e "$done" ] || continue

@@ -111,6 +111,24 @@ def test_a_target_with_other_weights_is_refused_and_nothing_recorded(tmp_path, m
     assert not (tmp_path / "none.db").exists()
 
 
+def test_a_retain_model_is_checked_against_the_one_the_study_was_measured_against(tmp_path, model_dir):
+    """The audits' 0% reference (REF0=retain) is the study's retain model or nothing: its digest is the workers'."""
+    model = load_model(str(model_dir))
+    digest = model_digests(model, model)["retain"]
+    ok = _db(tmp_path, {"models": {"original": "0" * 64, "retain": digest}})
+    assert machine.check_retain(ok, str(model_dir)) == f"{model_dir}: the study's retain model ({digest[:12]})"
+    other = _db(tmp_path, {"models": {"original": "0" * 64, "retain": "1" * 64}}, "other.db")
+    with pytest.raises(ObliviateError, match=r"are not the retain model the study .* \(111111111111\)"):
+        machine.check_retain(other, str(model_dir))
+    none = _db(tmp_path, {"models": {"original": digest}}, "none.db")  # the θ0 digest is not the retain model's
+    with pytest.raises(ObliviateError, match="records no retain model's weights"):
+        machine.check_retain(none, str(model_dir))
+    with pytest.raises(ObliviateError, match="no study in"):
+        machine.check_retain(str(tmp_path / "absent.db"), str(model_dir))
+    assert not (tmp_path / "absent.db").exists()
+    assert machine.main(["retain", other, str(model_dir)]) == 3 and machine.main(["retain", ok]) == 2
+
+
 def test_the_command_line_exits_2_on_usage_and_3_on_a_refusal(tmp_path, monkeypatch, capsys):
     assert machine.main([]) == 2 and "usage: python -m obliviate.sweep.machine" in capsys.readouterr().err
     assert machine.main(["env"]) == 2

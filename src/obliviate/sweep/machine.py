@@ -12,6 +12,7 @@ whose every known setting is among them is stopped before its fine-tunes.
 
     python -m obliviate.sweep.machine env STUDY.db [MORE.db]  # shell `export` lines of the matching environment
     python -m obliviate.sweep.machine record STUDY.db TARGET   # check the target's weights, record the fingerprint
+    python -m obliviate.sweep.machine retain STUDY.db RETAIN   # check the retain model's weights (audits' 0%)
 """
 from __future__ import annotations
 
@@ -152,6 +153,29 @@ def record(db: str, target: str) -> str:
     return f"kernels {kernels['fingerprint'][:12]} ({kernels['cpu']}, {json.dumps(kernels['env'])}): {what}"
 
 
+def check_retain(db: str, retain: str) -> str:
+    """Check a retain model's weights against those the study at `db` measured its trials against (the digest its
+    first worker recorded); a line saying so. An ObliviateError when they differ or the study records none, so an
+    audit whose 0% reference is that model (scripts/tofu20_audits.sh REF0=retain) never runs against another."""
+    if not Path(db).is_file():
+        raise ObliviateError(f"no study in {db}: there is no retain model to check {retain} against; run the "
+                             "script from the repository root, where the committed snapshot is")
+    made = {(s.user_attrs.get("models") or {}).get("retain") for s in _studies(db)} - {None}
+    if not made:
+        raise ObliviateError(f"the study in {db} records no retain model's weights (its workers record them with "
+                             f"their first trial): {retain} cannot be checked; audit against the unlearned model "
+                             "(REF0=unlearned) or run the study first")
+    model = load_model(retain)
+    digest = model_digests(model, model)["retain"]  # as the workers take it
+    if digest not in made:
+        raise ObliviateError(
+            f"{retain}'s weights ({digest[:12]}) are not the retain model the study in {db} was measured against "
+            f"({', '.join(sorted(d[:12] for d in made))}): this machine fine-tuned other weights (run the audits on "
+            "a machine of the study's kind), or the folder holds another model (delete it and run again to "
+            "fine-tune it)")
+    return f"{retain}: the study's retain model ({digest[:12]})"
+
+
 def _add(studies: Iterable[Any], key: str, kernels: Mapping[str, Any]) -> int:
     """Append `kernels` to `key` in each study that lacks its fingerprint; how many did."""
     missing = [s for s in studies
@@ -163,15 +187,18 @@ def _add(studies: Iterable[Any], key: str, kernels: Mapping[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m obliviate.sweep.machine env STUDY.db [MORE.db ...] | record STUDY.db TARGET_DIR"
-    if not args or not ((args[0] == "env" and len(args) >= 2) or (args[0] == "record" and len(args) == 3)):
+    usage = ("usage: python -m obliviate.sweep.machine env STUDY.db [MORE.db ...] | record STUDY.db TARGET_DIR"
+             " | retain STUDY.db RETAIN_DIR")
+    if not args or not ((args[0] == "env" and len(args) >= 2) or (args[0] in ("record", "retain") and len(args) == 3)):
         print(usage, file=sys.stderr)
         return 2
     try:
         if args[0] == "env":
             print(env_lines(*args[1:]), end="")
-        else:
+        elif args[0] == "record":
             print(record(args[1], args[2]))
+        else:
+            print(check_retain(args[1], args[2]))
     except ObliviateError as exc:
         print(f"obliviate: error: {exc}", file=sys.stderr)
         return 3
