@@ -6,7 +6,9 @@
 # method's selected point again on the 5% forget split (configs/sweep/smollm2_tofu20_forget05.yaml, written by
 # `obliviate compare docs/sweeps/smollm2_tofu20_cpu --transfer`; its retain model is fine-tuned on retain95; snapshot
 # docs/sweeps/smollm2_tofu20_forget05_cpu; its target is its own, made on the first machine that ran it, whichever
-# kind: it checks its own recorded kernels only); SWEEP=main is the default.
+# kind: it checks its own recorded kernels only); SWEEP=forget05_asu runs ASU with its teacher at the teacher map's
+# floor on the forget05 study's target (configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml, snapshot
+# docs/sweeps/smollm2_tofu20_forget05_asu_cpu, the kernels the forget05 study records); SWEEP=main is the default.
 # 1. TOFU's last 20 authors (data/tofu-20) and both fine-tunes (the target, the retain model), each skipped when
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
@@ -30,9 +32,12 @@ case "${SWEEP:-main}" in
        mine=runs/tofu20-rmu-study; extra=();;
   forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; config=configs/sweep/smollm2_tofu20_forget05.yaml
             mine=runs/tofu20-forget05-study; extra=();;
-  *) echo "SWEEP must be main, rmu or forget05, not '$SWEEP'" >&2; exit 2;;
+  forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu
+                config=configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml; mine=runs/tofu20-forget05-asu-study
+                extra=();;
+  *) echo "SWEEP must be main, rmu, forget05 or forget05_asu, not '$SWEEP'" >&2; exit 2;;
 esac
-retain=retain; [ "${SWEEP:-main}" = forget05 ] && retain=retain95  # its retain model never saw the forget05 author
+retain=retain; case "${SWEEP:-main}" in forget05*) retain=retain95;; esac  # never saw the forget05 author
 seconds=$1; study=${2:-$mine}; workers=${WORKERS:-2}
 case "$seconds$workers" in ''|*[!0-9]*) echo "SECONDS and WORKERS must be whole numbers" >&2; exit 2;; esac
 [ -f "$config" ] || { echo "no $config: run this from the repository root" >&2; exit 2; }
@@ -52,7 +57,12 @@ rows = sqlite3.connect(sys.argv[1]).execute("SELECT value_json FROM study_user_a
 sys.exit(0 if any(json.loads(v).get("scores") for (v,) in rows) else 1)
 EOF
 }
-shares=("$main_db"); [ "${SWEEP:-main}" = forget05 ] && shares=()  # the studies whose target this one is
+shares=("$main_db")  # the studies whose target this one is
+case "${SWEEP:-main}" in
+  forget05) shares=();;
+  forget05_asu) shares=(runs/tofu20-forget05-study/sweep.db)  # the forget05 study's target, the kernels it records
+                [ -f "${shares[0]}" ] || shares=(docs/sweeps/smollm2_tofu20_forget05_cpu/sweep.db);;
+esac
 kernels=$(python3 -m obliviate.sweep.machine env "$study/sweep.db" "${shares[@]}") || exit $?  # before the fine-tunes
 if [ -n "$kernels" ]; then echo "the study's CPU kernels on this machine: $kernels"; eval "$kernels"; fi
 for which in target "$retain"; do  # reused when already there (the same settings, weights and data)

@@ -58,3 +58,17 @@ def test_only_the_rows_and_the_retain_model_change() -> None:
     for key in ("base", "repeats", "heldout_share", "seed", "search"):
         assert shipped[key] == main[key], key
     assert shipped["output_dir"] == "obliviate-sweep-smollm2-tofu20-forget05"
+
+
+def test_the_asu_floor_study_moves_only_the_teacher() -> None:
+    """configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml: each ASU point of the forget05 study with its teacher
+    moved to tau 8 on layers 20-29 (the teacher map's floor), every other value and setting that study's."""
+    floor = yaml.safe_load((FORGET05.parent / "smollm2_tofu20_forget05_asu_floor.yaml").read_text())
+    shipped = yaml.safe_load(FORGET05.read_text())
+    assert set(floor["methods"]) == {"ASU_KL_t8_L20-29", "ASU_GD_t8_L20-29"}
+    for name, section in floor["methods"].items():
+        moved = {**shipped["methods"][name.split("_t8")[0]], "forget_args": {"tau": 8.0, "layers": list(range(20, 30))}}
+        assert section == moved, name
+    rest = {k: v for k, v in floor.items() if k not in ("methods", "output_dir")}
+    assert rest == {k: v for k, v in shipped.items() if k not in ("methods", "output_dir")}
+    assert floor["output_dir"] != shipped["output_dir"]

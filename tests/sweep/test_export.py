@@ -285,7 +285,7 @@ def test_an_audits_trial_is_read_from_the_config_it_trained(tmp_path):
     ("tofu20_study.sh", ["1h"], "SECONDS and WORKERS must be whole numbers"),
     ("tofu20_study.sh", ["60"], "no configs/sweep/smollm2_tofu20.yaml: run this from the repository root"),
     ("tofu20_study.sh", ["60", "SWEEP=rmu"], "no configs/sweep/smollm2_tofu20_rmu.yaml: run this from the repository root"),
-    ("tofu20_study.sh", ["60", "SWEEP=all"], "SWEEP must be main, rmu or forget05, not 'all'"),
+    ("tofu20_study.sh", ["60", "SWEEP=all"], "SWEEP must be main, rmu, forget05 or forget05_asu, not 'all'"),
     ("tofu20_study.sh", ["60", "SWEEP=forget05"],
      "no configs/sweep/smollm2_tofu20_forget05.yaml: run this from the repository root"),
 ])
