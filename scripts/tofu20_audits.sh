@@ -4,7 +4,9 @@
 # stand:
 #   bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]     (OUTPUT_DIR: runs/tofu20-audits by default)
 # SWEEP=forget05 audits the forget05 study's points instead (docs/sweeps/smollm2_tofu20_forget05_cpu, on its own
-# target, whose kernels it records: a machine of that study's kind; OUTPUT_DIR runs/tofu20-forget05-audits).
+# target, whose kernels it records: a machine of that study's kind; OUTPUT_DIR runs/tofu20-forget05-audits);
+# SWEEP=forget05_asu those of ASU at the teacher map's floor on the same target (OUTPUT_DIR
+# runs/tofu20-forget05-asu-audits).
 # REF0=retain takes the study's retain model as the audit's 0% reference, attacked the same way (relearned on the same
 # rows, quantised, probed): recovery is then what an attack gives beyond what it gives a model that never saw the
 # forget rows. It fine-tunes that model when missing, keeps those audits apart (<snapshot>/audits-retain, OUTPUT_DIR
@@ -24,7 +26,9 @@ if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT
 case "${SWEEP:-main}" in
   main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits; retain=retain;;
   forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; mine=runs/tofu20-forget05-audits; retain=retain95;;
-  *) echo "SWEEP must be main or forget05, not '$SWEEP'" >&2; exit 2;;
+  forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu; mine=runs/tofu20-forget05-asu-audits
+                retain=retain95;;
+  *) echo "SWEEP must be main, forget05 or forget05_asu, not '$SWEEP'" >&2; exit 2;;
 esac
 ref=(); kept=$snap/audits
 case "${REF0:-unlearned}" in
