@@ -106,6 +106,7 @@ def test_the_maps_floor_is_the_teacher_that_forgets_most_within_each_fluency_cei
         in text
     # lowest students: τ 2 all 0.01 vs teacher 0.01 (+0.000), τ 4 0.30 vs 0.25 (+0.050); τ 8 is not on the map
     assert "from +0.000 to +0.050; at none of the 2 points did a student forget more than its teacher." in text
+    assert "a student distilled from a teacher over a ceiling can still answer fluently" in text
     assert [(f["ceiling"], f["tau"], f["recall"]) for f in summary["floors"]] == [(0.1, 6.0, 0.30), (0.15, 4.0, 0.25)]
 
 

@@ -73,8 +73,9 @@ def fluency_ceilings(bar: Bar, data: Mapping[str, Any]) -> list[tuple[float, str
 
 def floor_lines(rows: list[dict[str, Any]], cells: Mapping[Cell, Mapping[str, Any]], bar: Bar,
                 data: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
-    """What the map allows ASU at best: per fluency ceiling, the teacher that forgets most within it (and whether the
-    trials tried it), then how far the students came to their teachers (lowest student forget minus teacher's)."""
+    """Where the map's teachers forget most: per fluency ceiling, the teacher that forgets most within it (and whether
+    the trials tried it), then how far the students came to their teachers (lowest student forget minus teacher's).
+    The ceilings are read on the teacher's replies, not the students' (a student can answer more fluently)."""
     tried = {(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None): 0 for r in rows}
     for r in rows:
         tried[(r["tau"], tuple(r["layers"]) if r["layers"] is not None else None)] += r["trials"]
@@ -97,7 +98,9 @@ def floor_lines(rows: list[dict[str, Any]], cells: Mapping[Cell, Mapping[str, An
             and (g.get("forget") or {}).get("recall") is not None and not math.isnan(r["lowest_forget"])]
     if not parts:
         return [], floors
-    text = f"The map's floor: of its {len(cells)} points, the teacher that forgets most " + "; ".join(parts) + "."
+    text = (f"The map's floor: of its {len(cells)} points, the teacher that forgets most " + "; ".join(parts) + ". "
+            "The ceilings are read on the teachers' replies: a student distilled from a teacher over a ceiling can "
+            "still answer fluently, so such a point is not ruled out for its students.")
     if gaps:
         below = sum(g < 0 for g in gaps)
         text += (f" Students against their teacher (each point's lowest student forget score minus the teacher's "
