@@ -171,7 +171,7 @@ def check_retain(db: str, retain: str) -> str:
         raise ObliviateError(
             f"{retain}'s weights ({digest[:12]}) are not the retain model the study in {db} was measured against "
             f"({', '.join(sorted(d[:12] for d in made))}): this machine fine-tuned other weights (run the audits on "
-            "a machine of the study's kind), or the folder holds another model (delete it and run again to "
+            "a machine of the study's kind), or the folder holds another model (move it aside and run again to "
             "fine-tune it)")
     return f"{retain}: the study's retain model ({digest[:12]})"
 
