@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 from obliviate.errors import ObliviateError
 from obliviate.modeling.load import load_model
 from obliviate.sweep.storage import all_studies
-from obliviate.sweep.workers import model_digests
+from obliviate.sweep.workers import model_digest
 
 KEY = "kernels"  # kernels whose fine-tune gave the study's weights
 OTHER = "kernels_other"  # kernels seen fine-tuning other weights (with the digest they gave)
@@ -135,8 +135,8 @@ def record(db: str, target: str) -> str:
     if not Path(db).is_file():
         return f"no study in {db} yet: its first worker records the models, a later run the kernels"
     studies = _studies(db)
-    digest = model_digests(load_model(target))["original"]  # as the workers take it
-    made = {(s.user_attrs.get("models") or {}).get("original") for s in studies} - {None}
+    digest = model_digest(load_model(target))  # as the workers take it
+    made = _made_with(studies, "original")
     kernels = {"fingerprint": fingerprint(), "cpu": cpu_name(),
                "env": {k: os.environ[k] for env in KNOWN for k in env if k in os.environ}}
     if made and digest not in made:
@@ -160,13 +160,12 @@ def check_retain(db: str, retain: str) -> str:
     if not Path(db).is_file():
         raise ObliviateError(f"no study in {db}: there is no retain model to check {retain} against; run the "
                              "script from the repository root, where the committed snapshot is")
-    made = {(s.user_attrs.get("models") or {}).get("retain") for s in _studies(db)} - {None}
+    made = _made_with(_studies(db), "retain")
     if not made:
         raise ObliviateError(f"the study in {db} records no retain model's weights (its workers record them with "
                              f"their first trial): {retain} cannot be checked; audit against the unlearned model "
                              "(REF0=unlearned) or run the study first")
-    model = load_model(retain)
-    digest = model_digests(model, model)["retain"]  # as the workers take it
+    digest = model_digest(load_model(retain))  # as the workers take it
     if digest not in made:
         raise ObliviateError(
             f"{retain}'s weights ({digest[:12]}) are not the retain model the study in {db} was measured against "
@@ -174,6 +173,11 @@ def check_retain(db: str, retain: str) -> str:
             "a machine of the study's kind), or the folder holds another model (move it aside and run again to "
             "fine-tune it)")
     return f"{retain}: the study's retain model ({digest[:12]})"
+
+
+def _made_with(studies: Iterable[Any], which: str) -> set[str]:
+    """The weight digests of model `which` ("original", "retain") the studies' workers recorded."""
+    return {(s.user_attrs.get("models") or {}).get(which) for s in studies} - {None}
 
 
 def _add(studies: Iterable[Any], key: str, kernels: Mapping[str, Any]) -> int:

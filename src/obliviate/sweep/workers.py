@@ -112,10 +112,15 @@ class Heartbeat:
 def model_digests(original: Any, retain_model: Any = None) -> dict[str, str]:
     """SHA-256 weight digests (receipt/digests.py) of the models every trial is measured against: θ0 and, where the
     track has one, the retain model whose truth ratios give forget quality."""
-    out = {"original": weights_digest(model_hashes(original))}
+    out = {"original": model_digest(original)}
     if retain_model is not None:
-        out["retain"] = weights_digest(model_hashes(retain_model))
+        out["retain"] = model_digest(retain_model)
     return out
+
+
+def model_digest(model: Any) -> str:
+    """One model's SHA-256 weight digest, as a study records it (receipt/digests.py over its tensors)."""
+    return weights_digest(model_hashes(model))
 
 
 WHAT = {"original": "θ0's weights", "retain": "the retain model's weights", "rows": "rows (training, evaluation, cut)"}
