@@ -6,7 +6,8 @@
 # SWEEP=forget05 audits the forget05 study's points instead (docs/sweeps/smollm2_tofu20_forget05_cpu, on its own
 # target, whose kernels it records: a machine of that study's kind; OUTPUT_DIR runs/tofu20-forget05-audits);
 # SWEEP=forget05_asu those of ASU at the teacher map's floor on the same target (OUTPUT_DIR
-# runs/tofu20-forget05-asu-audits).
+# runs/tofu20-forget05-asu-audits); SWEEP=forget05_search the bests of the forget05 search (OUTPUT_DIR
+# runs/tofu20-forget05-search-audits).
 # REF0=retain takes the study's retain model as the audit's 0% reference, attacked the same way (relearned on the same
 # rows, quantised, probed): recovery is then what an attack gives beyond what it gives a model that never saw the
 # forget rows. It fine-tunes that model when missing, keeps those audits apart (<snapshot>/audits-retain, OUTPUT_DIR
@@ -28,7 +29,9 @@ case "${SWEEP:-main}" in
   forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; mine=runs/tofu20-forget05-audits; retain=retain95;;
   forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu; mine=runs/tofu20-forget05-asu-audits
                 retain=retain95;;
-  *) echo "SWEEP must be main, forget05 or forget05_asu, not '$SWEEP'" >&2; exit 2;;
+  forget05_search) snap=docs/sweeps/smollm2_tofu20_forget05_search_cpu; mine=runs/tofu20-forget05-search-audits
+                   retain=retain95;;
+  *) echo "SWEEP must be main, forget05, forget05_asu or forget05_search, not '$SWEEP'" >&2; exit 2;;
 esac
 ref=(); kept=$snap/audits
 case "${REF0:-unlearned}" in

@@ -8,7 +8,10 @@
 # docs/sweeps/smollm2_tofu20_forget05_cpu; its target is its own, made on the first machine that ran it, whichever
 # kind: it checks its own recorded kernels only); SWEEP=forget05_asu runs ASU with its teacher at the teacher map's
 # floor on the forget05 study's target (configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml, snapshot
-# docs/sweeps/smollm2_tofu20_forget05_asu_cpu, the kernels the forget05 study records); SWEEP=main is the default.
+# docs/sweeps/smollm2_tofu20_forget05_asu_cpu, the kernels the forget05 study records); SWEEP=forget05_search
+# searches every method on the 5% split from its recipe as the main study does on forget10
+# (configs/sweep/smollm2_tofu20_forget05_search.yaml, snapshot docs/sweeps/smollm2_tofu20_forget05_search_cpu, the
+# same target and kernels as the forget05 study); SWEEP=main is the default.
 # 1. TOFU's last 20 authors (data/tofu-20) and both fine-tunes (the target, the retain model), each skipped when
 #    already there; they are deterministic, and the sweep refuses a target or retain model whose weights differ from
 #    those the study was made with (another kind of machine fine-tunes other weights: start a new study there).
@@ -35,7 +38,10 @@ case "${SWEEP:-main}" in
   forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu
                 config=configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml; mine=runs/tofu20-forget05-asu-study
                 extra=();;
-  *) echo "SWEEP must be main, rmu, forget05 or forget05_asu, not '$SWEEP'" >&2; exit 2;;
+  forget05_search) snap=docs/sweeps/smollm2_tofu20_forget05_search_cpu
+                   config=configs/sweep/smollm2_tofu20_forget05_search.yaml; mine=runs/tofu20-forget05-search-study
+                   extra=();;
+  *) echo "SWEEP must be main, rmu, forget05, forget05_asu or forget05_search, not '$SWEEP'" >&2; exit 2;;
 esac
 retain=retain; case "${SWEEP:-main}" in forget05*) retain=retain95;; esac  # never saw the forget05 author
 seconds=$1; study=${2:-$mine}; workers=${WORKERS:-2}
@@ -60,7 +66,7 @@ EOF
 shares=("$main_db")  # the studies whose target this one is
 case "${SWEEP:-main}" in
   forget05) shares=();;
-  forget05_asu) shares=(runs/tofu20-forget05-study/sweep.db)  # the forget05 study's target, the kernels it records
+  forget05_asu|forget05_search) shares=(runs/tofu20-forget05-study/sweep.db)  # the forget05 study's target, its kernels
                 [ -f "${shares[0]}" ] || shares=(docs/sweeps/smollm2_tofu20_forget05_cpu/sweep.db);;
 esac
 kernels=$(python3 -m obliviate.sweep.machine env "$study/sweep.db" "${shares[@]}") || exit $?  # before the fine-tunes

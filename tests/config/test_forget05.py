@@ -72,3 +72,15 @@ def test_the_asu_floor_study_moves_only_the_teacher() -> None:
     rest = {k: v for k, v in floor.items() if k not in ("methods", "output_dir")}
     assert rest == {k: v for k, v in shipped.items() if k not in ("methods", "output_dir")}
     assert floor["output_dir"] != shipped["output_dir"]
+
+
+def test_the_forget05_search_is_the_main_study_on_other_rows() -> None:
+    """configs/sweep/smollm2_tofu20_forget05_search.yaml: the main study's methods, space, bar, budget and cut, with
+    only the rows, the retain model and the output folder changed (so it searches forget05 as the main one forget10)."""
+    search = yaml.safe_load((FORGET05.parent / "smollm2_tofu20_forget05_search.yaml").read_text())
+    main = yaml.safe_load(MAIN.read_text())
+    assert search["set"] == {**main["set"], **SPLITS}
+    rest = {k: v for k, v in search.items() if k not in ("set", "output_dir")}
+    assert rest == {k: v for k, v in main.items() if k not in ("set", "output_dir")}
+    assert search["trials"] == 12 and search["start_at_recipe"] is True and search["space"]
+    assert search["output_dir"] not in (main["output_dir"], yaml.safe_load(FORGET05.read_text())["output_dir"])

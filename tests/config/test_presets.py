@@ -74,7 +74,8 @@ def test_methods_name_registered_components(path: Path) -> None:
 AFTER_EARLIER_COMMANDS = {"smollm2_tofu20.yaml": "needs data/tofu-20 and the TOFU-20 target and retain models",
                           "smollm2_tofu20_rmu.yaml": "the same (and one method: RMU over a wider learning rate)",
                           "smollm2_tofu20_forget05.yaml": "the same, with the retain95 model (a transfer study)",
-                          "smollm2_tofu20_forget05_asu_floor.yaml": "the same (ASU at two fixed points)"}
+                          "smollm2_tofu20_forget05_asu_floor.yaml": "the same (ASU at two fixed points)",
+                          "smollm2_tofu20_forget05_search.yaml": "the same, with the retain95 model (a search)"}
 
 
 @pytest.mark.parametrize("path", [p for p in ALL if _command(p) == "sweep" and p.name not in AFTER_EARLIER_COMMANDS],

@@ -277,7 +277,7 @@ def test_an_audits_trial_is_read_from_the_config_it_trained(tmp_path):
     ("tofu20_audits.sh", [], "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]"),
     ("tofu20_audits.sh", ["60", "JOBS=two"], "SECONDS, JOBS and DRAIN must be whole numbers"),
     ("tofu20_audits.sh", ["60"], "no docs/sweeps/smollm2_tofu20_cpu/sweep.yaml: run this from the repository root"),
-    ("tofu20_audits.sh", ["60", "SWEEP=all"], "SWEEP must be main, forget05 or forget05_asu, not 'all'"),
+    ("tofu20_audits.sh", ["60", "SWEEP=all"], "SWEEP must be main, forget05, forget05_asu or forget05_search, not 'all'"),
     ("tofu20_audits.sh", ["60", "REF0=both"], "REF0 must be unlearned or retain, not 'both'"),
     ("tofu20_audits.sh", ["60", "SWEEP=forget05"],
      "no docs/sweeps/smollm2_tofu20_forget05_cpu/sweep.yaml: run this from the repository root"),
@@ -285,13 +285,17 @@ def test_an_audits_trial_is_read_from_the_config_it_trained(tmp_path):
     ("tofu20_study.sh", ["1h"], "SECONDS and WORKERS must be whole numbers"),
     ("tofu20_study.sh", ["60"], "no configs/sweep/smollm2_tofu20.yaml: run this from the repository root"),
     ("tofu20_study.sh", ["60", "SWEEP=rmu"], "no configs/sweep/smollm2_tofu20_rmu.yaml: run this from the repository root"),
-    ("tofu20_study.sh", ["60", "SWEEP=all"], "SWEEP must be main, rmu, forget05 or forget05_asu, not 'all'"),
+    ("tofu20_study.sh", ["60", "SWEEP=all"], "SWEEP must be main, rmu, forget05, forget05_asu or forget05_search, not 'all'"),
     ("tofu20_study.sh", ["60", "SWEEP=forget05"],
      "no configs/sweep/smollm2_tofu20_forget05.yaml: run this from the repository root"),
     ("tofu20_study.sh", ["60", "SWEEP=forget05_asu"],
      "no configs/sweep/smollm2_tofu20_forget05_asu_floor.yaml: run this from the repository root"),
     ("tofu20_audits.sh", ["60", "SWEEP=forget05_asu"],
      "no docs/sweeps/smollm2_tofu20_forget05_asu_cpu/sweep.yaml: run this from the repository root"),
+    ("tofu20_study.sh", ["60", "SWEEP=forget05_search"],
+     "no configs/sweep/smollm2_tofu20_forget05_search.yaml: run this from the repository root"),
+    ("tofu20_audits.sh", ["60", "SWEEP=forget05_search"],
+     "no docs/sweeps/smollm2_tofu20_forget05_search_cpu/sweep.yaml: run this from the repository root"),
 ])
 def test_the_study_scripts_refuse_bad_arguments_with_exit_2_and_write_nothing(script, args, message, tmp_path):
     path = Path(__file__).resolve().parents[2] / "scripts" / script
