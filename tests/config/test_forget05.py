@@ -80,7 +80,21 @@ def test_the_forget05_search_is_the_main_study_on_other_rows() -> None:
     search = yaml.safe_load((FORGET05.parent / "smollm2_tofu20_forget05_search.yaml").read_text())
     main = yaml.safe_load(MAIN.read_text())
     assert search["set"] == {**main["set"], **SPLITS}
-    rest = {k: v for k, v in search.items() if k not in ("set", "output_dir")}
-    assert rest == {k: v for k, v in main.items() if k not in ("set", "output_dir")}
+    rest = {k: v for k, v in search.items() if k not in ("set", "output_dir", "queue")}
+    assert rest == {k: v for k, v in main.items() if k not in ("set", "output_dir", "queue")}
+    assert "queue" not in search  # the floor points ran on this target already (smollm2_tofu20_forget05_asu_floor)
     assert search["trials"] == 12 and search["start_at_recipe"] is True and search["space"]
     assert search["output_dir"] not in (main["output_dir"], yaml.safe_load(FORGET05.read_text())["output_dir"])
+
+
+def test_the_main_study_queues_the_floor_points_the_forget05_split_ran() -> None:
+    """configs/sweep/smollm2_tofu20.yaml queues ASU at the teacher map's floor with the same settings as the
+    forget05 floor study's points (its other keys those of ASU_KL #5 and ASU_GD #7), inside the main space."""
+    floor = yaml.safe_load((FORGET05.parent / "smollm2_tofu20_forget05_asu_floor.yaml").read_text())
+    main = yaml.safe_load(MAIN.read_text())
+    assert set(main["queue"]) == {"ASU_KL", "ASU_GD"}
+    for method, points in main["queue"].items():
+        ran = floor["methods"][f"{method}_t8_L20-29"]
+        assert points == [{"method.forget_args": ran["forget_args"], "train.lr": ran["train"]["lr"],
+                           "train.epochs": ran["train"]["epochs"], "method.alpha": ran["alpha"]}], method
+        assert _with_params(main["methods"][method], _params(method, _named_points()[method]))["alpha"] == ran["alpha"]

@@ -112,7 +112,7 @@ def test_a_transfer_sweep_runs_each_selected_point_again_and_reproduces_its_numb
                               "space": {"train.lr": {"float": [1e-4, 1e-2], "log": True},
                                         "method.forget_args.beta": {"float": [1.0, 4.0], "methods": ["NPO"]},
                                         "method.alpha": {"float": [0.5, 2.0], "methods": ["GA"]}},
-                              "bar": bar, "output_dir": str(out)})
+                              "bar": bar, "output_dir": str(out), "queue": {"NPO": [{"train.lr": 1e-3}]}})
     run_sweep(cfg, log=lambda s: None)
     summary = json.loads((out / "compare.json").read_text())["methods"]
     best, ga_best = summary["NPO"]["best"], summary["GA"]["best"]
@@ -147,6 +147,7 @@ def test_a_transfer_sweep_runs_each_selected_point_again_and_reproduces_its_numb
     assert npo["train"] == {"lr": best["params"]["train.lr"]}
     assert ga_section["train"] == {"max_steps": 1, "lr": ga_best["params"]["train.lr"]}
     assert raw["space"] == {} and raw["trials"] == 1 and raw["start_at_recipe"] and raw["repeats"] == 1
+    assert "queue" not in raw  # its points are in the space the transfer sweep has not
     assert raw["output_dir"] == f"{out}-transfer" and path.read_text().startswith("# Each method of the sweep in ")
     raw["output_dir"] = str(tmp_path / "again")
     run_sweep(build(SweepConfig, raw), log=lambda s: None)

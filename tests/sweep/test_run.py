@@ -457,7 +457,7 @@ def test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_
     own train.seed), so the recipe row has an interval over seeds; trials=2 later: the best of the two gets its
     repeats too and the recipe's stay, and θ0 is not evaluated again (the storage holds its evaluation)."""
     from obliviate.sweep import tracks
-    from obliviate.sweep.run import _best_trial
+    from obliviate.sweep.search import best_trial
 
     methods = {"NPO": {"forget": "npo", "retain": "nll", "train": {"seed": 5}}}
     out = tmp_path / "sw"
@@ -485,7 +485,7 @@ def test_a_recipe_run_first_with_its_seeds_then_a_larger_budget_repeats_the_new_
     assert "θ0's evaluation: recorded in the storage by an earlier worker, not repeated" in lines
     assert _trials(out, "NPO")[0].user_attrs["original"] == original
     study, trials = _trials(out, "NPO")
-    best = _best_trial(plan_sweep(cfg), study)
+    best = best_trial(plan_sweep(cfg), study)
     mine = [t for t in trials if t.user_attrs.get("repeat_of") == best.number]
     assert sorted(t.user_attrs["seed"] for t in mine) == [6, 7] and all(t.state.name == "COMPLETE" for t in mine)
     assert again["ran"] == (1 if best.number == 0 else 3)  # the new trial, and its 2 repeats if it is the best

@@ -227,3 +227,52 @@ def test_a_waiting_trial_goes_first_and_nothing_else_is_queued():
     queue_next(study, _lr_plan(), "M", optuna.samplers.TPESampler(seed=0, n_startup_trials=4))
     waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert [t.system_attrs["fixed_params"] for t in waiting] == [{"train.lr": 3e-4}]
+
+
+def test_queued_points_run_after_the_recipe_in_the_budget_once_each_and_the_report_marks_them(base_file, tmp_path):
+    """`queue`: the recipe first, then each queued point (its other keys sampled), then the sampler, all within
+    `trials`; a second run queues nothing again, a point added later is queued alone, and more points than the
+    study has room for are refused before anything is queued."""
+    from obliviate.sweep.compare import write_compare
+    from obliviate.sweep.search import queue_first
+
+    out = tmp_path / "q"
+    space = {"train.lr": {"float": [1e-4, 1e-2], "log": True}, "train.max_steps": {"choices": [2, 4]}}
+    queue = {"NPO": [{"train.lr": 3e-3}, {"train.max_steps": 2, "train.lr": 5e-4}]}
+    cfg = _cfg(base_file, out, space=space, trials=4, sampler="tpe", start_at_recipe=True, queue=queue)
+    plan = plan_sweep(cfg)
+    assert "queued for NPO: lr=0.003" in plan.lines and "queued for NPO: max_steps=2 lr=0.0005" in plan.lines
+    run_sweep(cfg, log=lambda s: None)
+    trials = _study(out, "NPO").get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert trials[0].user_attrs.get("recipe") and trials[0].params == plan.recipes["NPO"]
+    assert [t.user_attrs.get("queued") for t in trials] == [None, True, True, None]
+    assert trials[1].params["train.lr"] == 3e-3 and trials[1].params["train.max_steps"] in (2, 4)  # sampled
+    assert trials[2].params == {"train.lr": 5e-4, "train.max_steps": 2}
+    assert not any(t.user_attrs.get("queued") for t in _study(out, "GradDiff").get_trials())
+    assert _study(out, "NPO").user_attrs["queued"] == plan.queued["NPO"]
+    settings = {p.name: p for p in collect([str(out)]).points}
+    assert settings["NPO #1"].queued and not settings["NPO #0"].queued and not settings["NPO #3"].queued
+    report = write_compare([str(out)], out, log=lambda s: None).read_text()
+    assert "queued: lr=0.0005, max_steps=2" in report or "queued: max_steps=2, lr=0.0005" in report
+
+    study, more = _study(out, "NPO"), {"NPO": [*queue["NPO"], {"train.lr": 1e-3}]}
+    assert queue_first(study, plan, "NPO") == 0  # nothing new: the two are recorded as queued
+    with pytest.raises(ObliviateError, match=r"queue.NPO: 1 new point\(s\) but the study has room for 0 of its 4 "
+                                             r"trials; raise trials \(by 1\)"):
+        queue_first(study, plan_sweep(_cfg(base_file, out, space=space, trials=4, sampler="tpe",
+                                           start_at_recipe=True, queue=more)), "NPO")
+    assert len(study.get_trials()) == 4 and len(study.user_attrs["queued"]) == 2  # nothing queued
+    run_sweep(_cfg(base_file, out, space=space, trials=5, sampler="tpe", start_at_recipe=True, queue=more),
+              log=lambda s: None)  # the same sweep resumed with one more point (the queue is no part of its identity)
+    trials = _study(out, "NPO").get_trials()
+    assert len(trials) == 5 and trials[4].user_attrs["queued"] and trials[4].params["train.lr"] == 1e-3
+    assert len(_study(out, "NPO").user_attrs["queued"]) == 3
+
+
+def test_a_queue_naming_no_method_of_the_sweep_or_no_list_is_refused(base_file, tmp_path):
+    with pytest.raises(ConfigError, match="queue.SimNPO: no such method in this sweep; its methods: GradDiff, NPO"):
+        plan_sweep(_cfg(base_file, tmp_path / "o", queue={"SimNPO": [{"train.lr": 1e-3}]}))
+    with pytest.raises(ConfigError, match="queue.*a mapping of method names to lists of points"):
+        _cfg(base_file, tmp_path / "o", queue={"NPO": {"train.lr": 1e-3}})
+    assert not (tmp_path / "o").exists()

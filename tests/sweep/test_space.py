@@ -223,3 +223,31 @@ def test_a_teacher_map_dimension_may_include_the_recipe(tmp_path):
     with pytest.raises(ConfigError, match="only a teacher_map dimension takes extra points"):
         parse_space({"train.lr": {"float": [1e-5, 1e-4], "include": [{"tau": 2.0, "layers": None}]}}, methods,
                     TrainConfig())
+
+
+def test_a_queued_point_becomes_optuna_params_and_a_bad_one_is_refused_with_its_place():
+    """`queue`: each point's keys must be dimensions of that method's space, its values inside them; choices go to
+    Optuna as their labels, numbers as they are; keys left out are not in the params (the sampler's)."""
+    from obliviate.sweep.space import queued_point
+
+    methods = {"ASU": {"forget": "asu", "forget_args": {"tau": 2.3, "layers": None}, "retain": "kl"},
+               "NPO": {"forget": "npo", "retain": "nll"}}
+    space = {"train.lr": {"float": [1e-5, 1e-3], "log": True}, "train.epochs": {"choices": [2, 5]},
+             "method.forget_args.layers": {"choices": [None, [6, 7]], "methods": ["ASU"]},
+             "method.forget_args.beta": {"float": [0.05, 0.5], "methods": ["NPO"]}}
+    dims = parse_space(space, methods, TrainConfig())
+    assert queued_point(dims, {"method.forget_args.layers": [6, 7], "train.lr": 1e-4}, "ASU", 0) == {
+        "method.forget_args.layers": "[6, 7]", "train.lr": 1e-4}
+    assert queued_point(dims, {"train.epochs": 5}, "NPO", 3) == {"train.epochs": 5}
+    with pytest.raises(ConfigError, match=r"queue.NPO\[1\]: \['method.forget_args.layers'\] is not in NPO's search "
+                                          r"space; its keys: \['method.forget_args.beta', 'train.epochs', 'train.lr'\]"):
+        queued_point(dims, {"method.forget_args.layers": [6, 7]}, "NPO", 1)
+    with pytest.raises(ConfigError, match=r"space.train.lr: queue.ASU\[0\] sets 0.1, outside \[1e-05, 0.001\]; "
+                                          "queue a point inside the space"):
+        queued_point(dims, {"train.lr": 0.1}, "ASU", 0)
+    with pytest.raises(ConfigError, match=r"space.method.forget_args.layers: queue.ASU\[0\] sets \[5\], outside the "
+                                          r"choices \[None, \[6, 7\]\]"):
+        queued_point(dims, {"method.forget_args.layers": [5]}, "ASU", 0)
+    for bad in ({}, [1e-4], "lr=1e-4"):
+        with pytest.raises(ConfigError, match=r"queue.ASU\[2\]: expected a mapping of space keys to values"):
+            queued_point(dims, bad, "ASU", 2)

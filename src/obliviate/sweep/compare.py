@@ -72,7 +72,8 @@ def _params(p: Point) -> str:
     def show(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else json.dumps(v)
 
-    return ", ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in p.params.items()) or "base settings"
+    shown = ", ".join(f"{k.split('.')[-1]}={show(v)}" for k, v in p.params.items()) or "base settings"
+    return f"queued: {shown}" if p.queued else shown
 
 
 def fronts(coll: Collection, axes: Mapping[str, Expr]) -> dict[str, list[Point]]:

@@ -37,6 +37,10 @@ class SweepConfig:
                                            "own section (the authors' recipe when the presets are theirs), so the "
                                            "report shows that point and the search starts from it; every recipe "
                                            "value must lie inside the space (tpe or random sampler)")
+    queue: dict = setting({}, "method -> [points tried before the sampler's, after the recipe]: each point a mapping "
+                              "of space keys to values inside the space (keys left out are sampled); each counts in "
+                              "the budget, is queued once per study (adding points later queues only the new ones), "
+                              "and the report marks it 'queued'; a running sweep may be given more")
     seed: int = setting(0, "the sampler's seed (a trial's own seed is train.seed, or the `seed` dimension)")
     eval_every_steps: int | None = setting(None, "evaluate during each trial every N optimizer steps (and at its last step) "
                                             "on eval_rows rows per group: the curve is kept, `prune` reads it")
@@ -86,6 +90,8 @@ class SweepConfig:
         require(self.repeats >= 0, "repeats", self.repeats, ">= 0")
         require(not (self.start_at_recipe and self.sampler == "grid"), "start_at_recipe", self.start_at_recipe,
                 "false with sampler grid (a grid visits its own points; use tpe or random)")
+        require(isinstance(self.queue, Mapping) and all(isinstance(v, list) for v in self.queue.values()),
+                "queue", self.queue, "a mapping of method names to lists of points ({NPO: [{train.lr: 1.0e-4}]})")
         require(self.stale_after_s >= 1, "stale_after_s", self.stale_after_s, ">= 1")
         require(bool(self.study) and "/" not in self.study, "study", self.study, "a non-empty name without '/'")
         require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",

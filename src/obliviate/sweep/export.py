@@ -133,7 +133,7 @@ def write_transfer_config(sweep_dir: Path, out: Path, log: Log = print, bar: Map
     if not methods:
         raise ObliviateError(f"--transfer: {sweep_dir} has no finished trial: run the sweep first")
     skip = {"space", "trials", "start_at_recipe", "methods", "output_dir", "storage", "study", "overwrite",
-            "warm_start"}
+            "warm_start", "queue"}
     raw = {k: v for k, v in recorded.items() if k not in skip}
     name = recorded.get("output_dir") or "obliviate-sweep"
     raw.update(methods=methods, space={}, trials=1, start_at_recipe=True, output_dir=f"{name}-transfer")

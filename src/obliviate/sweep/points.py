@@ -31,6 +31,7 @@ class Point:
     recipe: bool = False  # the method's recipe, its study's first trial (sweep start_at_recipe)
     seconds: float | None = None  # a trial's wall time: training and evaluation (None: a run, or a trial cut short)
     cpu_seconds: float | None = None  # its worker process's CPU time over the trial, every thread (None: not recorded)
+    queued: bool = False  # a point of the sweep's `queue`, not the sampler's
 
 
 @dataclass
@@ -86,7 +87,7 @@ def _sweep_points(directory: Path, storage: Any = None) -> Collection:
                                 dict(ua.get("params", {})), dict(ua.get("metrics", {})), list(ua.get("curve", [])),
                                 f"{method} #{ua['repeat_of']}" if "repeat_of" in ua else None, note,
                                 dict(ua.get("rows", {})), ua.get("report"), bool(ua.get("recipe")),
-                                ua.get("seconds"), ua.get("cpu_seconds")))
+                                ua.get("seconds"), ua.get("cpu_seconds"), bool(ua.get("queued"))))
     return Collection(points, original, kind, cfg, original_report, retain, original_rows, retain_rows)
 
 

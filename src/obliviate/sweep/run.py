@@ -24,15 +24,25 @@ import yaml
 
 from obliviate.config import MethodConfig, TrainConfig, build, to_dict
 from obliviate.errors import ConfigError, ObliviateError
-from obliviate.eval.score import Bar, Expr, nearest_to_bar, parse_expr
+from obliviate.eval.score import Bar, Expr, parse_expr
 from obliviate.files import check_output_dir, remove_path
 from obliviate.modeling.sources import check_layer_indices
 from obliviate.progress import on_terminal
 from obliviate.sweep import retained
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.defaults import parse_axes, parse_bar
-from obliviate.sweep.search import constrain, is_warm, make_sampler, open_study, queue_next, source_storage, warm_study
-from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, recipe_point, trial_settings
+from obliviate.sweep.search import (
+    constrain,
+    enqueue_repeats,
+    is_warm,
+    make_sampler,
+    open_study,
+    queue_first,
+    queue_next,
+    source_storage,
+    warm_study,
+)
+from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, queued_point, recipe_point, trial_settings
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
 from obliviate.sweep.workers import (
@@ -43,7 +53,7 @@ from obliviate.sweep.workers import (
     fail_stale,
     is_repeat,
     model_digests,
-    repeats_of,
+    repeat_waiting,
     requeue_recipe,
     surplus,
 )
@@ -52,8 +62,9 @@ Log = Callable[[str], None]
 CONFIG_FILE = "sweep.yaml"
 # what a study's recorded config must agree on across workers and runs: not where each worker writes, nor its
 # timing, nor the budget (raising `trials` extends a finished sweep, and a new best gets its own repeats), nor where
-# the sweep its first trials were copied from lay (warm_start: each study records what it copied)
-_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats", "warm_start")
+# the sweep its first trials were copied from lay (warm_start: each study records what it copied), nor the points
+# queued (each study records those it queued)
+_PER_WORKER = ("storage", "output_dir", "overwrite", "stale_after_s", "trials", "repeats", "warm_start", "queue")
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,7 @@ class SweepPlan:
     axes: dict[str, Expr]
     lines: list[str] = field(default_factory=list)
     recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its recipe's params (start_at_recipe)
+    queued: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # method -> its queue's params (`queue`)
     trains: dict[str, Any] = field(default_factory=dict)  # method -> its TrainConfig: the base's with its own `train`
 
     def budget(self, method: str) -> int:
@@ -179,6 +191,11 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
                                           for d in dims) or "none (each method's base settings)"),
                    "objectives: " + ", ".join(f"{'maximize' if up else 'minimize'} {e.text}" for up, e in objectives)
                    + (f" (search: bar; constraints: {bar.describe()})" if cfg.search == "bar" else "")]
+    for m, points in cfg.queue.items():
+        if str(m) not in methods:
+            raise ConfigError(f"queue.{m}: no such method in this sweep; its methods: {', '.join(methods)}")
+        plan.queued[str(m)] = [queued_point(dims, p, str(m), i) for i, p in enumerate(points)]
+        plan.lines += [f"queued for {m}: {_describe(p)}" for p in plan.queued[str(m)]]
     if cfg.warm_start:
         plan.lines.append(f"warm start: the finished trials of the sweep in {cfg.warm_start}")
     return plan
@@ -364,40 +381,6 @@ def _next_method(plan: SweepPlan, studies: dict[str, Any]) -> tuple[str | None, 
     return best, waiting
 
 
-def _best_trial(plan: SweepPlan, study: Any) -> Any:
-    """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
-    from optuna.trial import TrialState
-
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not is_repeat(t)]
-    i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
-    return None if i is None else done[i]
-
-
-def _enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
-    """Queue the repeats the method's current best trial lacks (other seeds, the same settings): a best found after
-    `trials` was raised gets its own, and the repeats of an earlier best stay in the study."""
-    if plan.cfg.repeats == 0:
-        return
-    best = _best_trial(plan, study)
-    if best is None:
-        return
-    study.set_user_attr("repeats_of", best.number)
-    seed = int(best.user_attrs.get("params", {}).get("seed", plan.trains[method].seed))
-    have = {t.user_attrs.get("seed") for t in repeats_of(study, best.number)}
-    for k in range(1, plan.cfg.repeats + 1):
-        if seed + k not in have:
-            study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})
-
-
-def _repeat_due(plan: SweepPlan, study: Any) -> bool:
-    """A repeat waits to run (`_enqueue_repeats` queued what the current best lacks, a stopped worker's included)."""
-    from optuna.trial import TrialState
-
-    if plan.cfg.repeats == 0:
-        return False
-    return any(is_repeat(t) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
-
-
 def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
               max_trials: int | None = None, start_before_s: float | None = None) -> dict[str, Any]:
     """Check, prepare and run this worker's share of the sweep, then write the report; a summary.
@@ -427,9 +410,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
                                                                               cfg.stale_after_s) for m in plan.methods}
     for method, study in studies.items():
         _check_study(study, plan)
-        if method in plan.recipes and not study.get_trials(deepcopy=False) and not study.user_attrs.get("recipe"):
-            study.set_user_attr("recipe", plan.recipes[method])  # the first worker to get here enqueues it
-            study.enqueue_trial(plan.recipes[method], user_attrs={"recipe": True})
+        queue_first(study, plan, method)  # its recipe, then its queued points: each once (the first worker)
     track = plan.track
     t0 = time.perf_counter()
     track.heldout_share = cfg.heldout_share if cfg.heldout_share is not None else \
@@ -469,8 +450,8 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
         method, waiting = _next_method(plan, studies)
         if method is None:
             for name, s in studies.items():
-                _enqueue_repeats(plan, s, name)
-            method = next((m for m, s in studies.items() if _repeat_due(plan, s)), None)
+                enqueue_repeats(plan, s, name)
+            method = next((m for m, s in studies.items() if cfg.repeats and repeat_waiting(s)), None)
         if method is None:
             if waiting:  # others' running trials may still fail and need redoing: wait for them
                 time.sleep(min(10.0, cfg.stale_after_s / 4))

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.score import Bar
+from obliviate.eval.score import Bar, nearest_to_bar
 from obliviate.sweep.config import SweepConfig
 from obliviate.sweep.space import grid_space
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, recorded_url
-from obliviate.sweep.workers import counts, is_repeat
+from obliviate.sweep.workers import counts, is_repeat, repeats_of
 
 SweepPlan = Any  # sweep.run's SweepPlan (run imports this module)
 
@@ -219,3 +219,55 @@ def copy_trials(old: Any, new: Any, plan: SweepPlan) -> int:
         elif key not in ("config", WARM_DONE):
             new.set_user_attr(key, value)
     return len(numbers)
+
+
+def queue_first(study: Any, plan: SweepPlan, method: str) -> int:
+    """Queue what a method's study runs before its sampler: its recipe (start_at_recipe) when the study is new, then
+    each point of its `queue` not queued before (the study records those it queued). Queued points count in the
+    budget: more than its room left is an error. How many were queued."""
+    from optuna.trial import TrialState
+
+    n = 0
+    if method in plan.recipes and not study.get_trials(deepcopy=False) and not study.user_attrs.get("recipe"):
+        study.set_user_attr("recipe", plan.recipes[method])  # the first worker to get here enqueues it
+        study.enqueue_trial(plan.recipes[method], user_attrs={"recipe": True})
+        n += 1
+    done = list(study.user_attrs.get("queued") or [])
+    new = [p for p in plan.queued.get(method, []) if p not in done]
+    if not new:
+        return n
+    trials = [t for t in study.get_trials(deepcopy=False) if not is_repeat(t)]
+    room = plan.budget(method) - sum(counts(t) or t.state == TrialState.WAITING for t in trials)
+    if len(new) > room:
+        raise ObliviateError(f"queue.{method}: {len(new)} new point(s) but the study has room for {max(room, 0)} of "
+                             f"its {plan.budget(method)} trials; raise trials (by {len(new) - max(room, 0)}) or "
+                             "queue fewer points")
+    study.set_user_attr("queued", done + new)
+    for p in new:
+        study.enqueue_trial(p, user_attrs={"queued": True})
+    return n + len(new)
+
+
+def best_trial(plan: SweepPlan, study: Any) -> Any:
+    """A method's best finished trial: the bar's winner, else the one breaking the fewest of its conditions."""
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not is_repeat(t)]
+    i = nearest_to_bar([t.user_attrs.get("metrics", {}) for t in done], plan.bar, study.user_attrs.get("original", {}))
+    return None if i is None else done[i]
+
+
+def enqueue_repeats(plan: SweepPlan, study: Any, method: str) -> None:
+    """Queue the repeats the method's current best trial lacks (other seeds, the same settings): a best found after
+    `trials` was raised gets its own, and the repeats of an earlier best stay in the study."""
+    if plan.cfg.repeats == 0:
+        return
+    best = best_trial(plan, study)
+    if best is None:
+        return
+    study.set_user_attr("repeats_of", best.number)
+    seed = int(best.user_attrs.get("params", {}).get("seed", plan.trains[method].seed))
+    have = {t.user_attrs.get("seed") for t in repeats_of(study, best.number)}
+    for k in range(1, plan.cfg.repeats + 1):
+        if seed + k not in have:
+            study.enqueue_trial(best.params, user_attrs={"repeat_of": best.number, "seed": seed + k})

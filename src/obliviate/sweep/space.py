@@ -320,23 +320,39 @@ def recipe_value(dim: Dim, method: Mapping[str, Any], train: TrainConfig, name: 
     raise ConfigError(f"space.{dim.key}: the recipe of {name} has no value for it")
 
 
+def _label(dim: Dim, value: Any, where: str, fix: str) -> Any:
+    """The Optuna param (a choice's label, a number as is) a value takes on a dimension; a value outside the
+    dimension is an error naming `where` it comes from and the `fix`."""
+    if dim.kind in ("choices", "teacher_map"):
+        inside = value in list(dim.choices)
+        label = dim.labels()[list(dim.choices).index(value)] if inside else None
+        space = f"the choices {list(dim.choices)}"
+    else:
+        inside = _number(value) and dim.low <= value <= dim.high  # type: ignore[operator]
+        label, space = value, f"[{dim.low}, {dim.high}]"
+    if not inside:
+        raise ConfigError(f"space.{dim.key}: {where} sets {value!r}, outside {space}; {fix}")
+    return label
+
+
 def recipe_point(dims: Sequence[Dim], method: Mapping[str, Any], train: TrainConfig, name: str) -> dict[str, Any]:
     """The point of the search space where a method's recipe sits, as Optuna params (choices by their labels): the
     first trial of its study when `start_at_recipe` is on. A recipe value outside the space is an error naming it."""
-    point: dict[str, Any] = {}
-    for dim in dims:
-        if not dim.applies(name):
-            continue
-        value = recipe_value(dim, method, train, name)
-        if dim.kind in ("choices", "teacher_map"):
-            inside = value in list(dim.choices)
-            label = dim.labels()[list(dim.choices).index(value)] if inside else None
-            space = f"the choices {list(dim.choices)}"
-        else:
-            inside = _number(value) and dim.low <= value <= dim.high  # type: ignore[operator]
-            label, space = value, f"[{dim.low}, {dim.high}]"
-        if not inside:
-            raise ConfigError(f"space.{dim.key}: the recipe of {name} sets {value!r}, outside {space}; widen the "
-                              f"space to hold it, or set start_at_recipe: false")
-        point[dim.key] = label
-    return point
+    return {dim.key: _label(dim, recipe_value(dim, method, train, name), f"the recipe of {name}",
+                            "widen the space to hold it, or set start_at_recipe: false")
+            for dim in dims if dim.applies(name)}
+
+
+def queued_point(dims: Sequence[Dim], point: Any, name: str, i: int) -> dict[str, Any]:
+    """A point of the sweep's `queue` for method `name` (its i-th: {space key: value}) as Optuna params; keys it
+    leaves out are the sampler's. A key that is no dimension of this method's, or a value outside it, is an error."""
+    where = f"queue.{name}[{i}]"
+    if not isinstance(point, Mapping) or not point:
+        raise ConfigError(f"{where}: expected a mapping of space keys to values (e.g. {{train.lr: 1.0e-4}}), got "
+                          f"{point!r}")
+    own = {d.key: d for d in dims if d.applies(name)}
+    unknown = sorted(k for k in point if k not in own)
+    if unknown:
+        raise ConfigError(f"{where}: {unknown} {'is' if len(unknown) == 1 else 'are'} not in {name}'s search space; "
+                          f"its keys: {sorted(own) or 'none'}")
+    return {k: _label(own[k], v, where, "queue a point inside the space, or widen it") for k, v in point.items()}

@@ -163,3 +163,10 @@ def repeats_of(study: Any, number: int) -> list[Any]:
 
     return [t for t in study.get_trials(deepcopy=False)
             if t.user_attrs.get("repeat_of") == number and (counts(t) or t.state == TrialState.WAITING)]
+
+
+def repeat_waiting(study: Any) -> bool:
+    """A repeat waits to run in the study (queued for its current best, a stopped worker's included)."""
+    from optuna.trial import TrialState
+
+    return any(is_repeat(t) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
