@@ -275,4 +275,6 @@ def test_a_queue_naming_no_method_of_the_sweep_or_no_list_is_refused(base_file, 
         plan_sweep(_cfg(base_file, tmp_path / "o", queue={"SimNPO": [{"train.lr": 1e-3}]}))
     with pytest.raises(ConfigError, match="queue.*a mapping of method names to lists of points"):
         _cfg(base_file, tmp_path / "o", queue={"NPO": {"train.lr": 1e-3}})
+    with pytest.raises(ConfigError, match="queue.*empty with sampler grid"):
+        _cfg(base_file, tmp_path / "o", queue={"NPO": [{"train.lr": 1e-3}]}, sampler="grid")
     assert not (tmp_path / "o").exists()

@@ -92,6 +92,8 @@ class SweepConfig:
                 "false with sampler grid (a grid visits its own points; use tpe or random)")
         require(isinstance(self.queue, Mapping) and all(isinstance(v, list) for v in self.queue.values()),
                 "queue", self.queue, "a mapping of method names to lists of points ({NPO: [{train.lr: 1.0e-4}]})")
+        require(not (self.queue and self.sampler == "grid"), "queue", self.queue,
+                "empty with sampler grid (a grid visits its own points; use tpe or random)")
         require(self.stale_after_s >= 1, "stale_after_s", self.stale_after_s, ">= 1")
         require(bool(self.study) and "/" not in self.study, "study", self.study, "a non-empty name without '/'")
         require(not ((self.keep_best or self.prune) and self.eval_every_steps is None), "eval_every_steps",
