@@ -70,6 +70,7 @@ T_AUDIT_IV = ("tests/test_audit.py::test_share_interval_draws_the_three_models_o
 T_SEARCH = "tests/sweep/test_search.py::"
 T_BARC = T_SEARCH + "test_the_bars_conditions_become_constraint_values_worked_by_hand"
 T_WARM = T_SEARCH + "test_a_warm_start_copies_finished_trials_rescored_for_the_bar_and_runs_only_the_rest"
+T_QUEUE = T_SEARCH + "test_queued_points_run_after_the_recipe_in_the_budget_once_each_and_the_report_marks_them"
 T_WARM_SKIP = T_SEARCH + "test_a_warm_start_skips_trials_that_never_used_the_budget_renumbers_repeats_and_travels_without_its_source"
 MUTANTS: list[Mutant] = [
     # the loop (train/loop.py, train/unlearn.py, modeling/frozen.py)
@@ -602,11 +603,11 @@ MUTANTS: list[Mutant] = [
            "            os._exit(rc)", "            pass", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
     Mutant("entry: the run's exit functions are skipped", "cli/__init__.py",
            "            run_exit_functions()\n", "", ("tests/cli/test_cli.py::test_the_console_script_keeps_exit_status_output_and_exit_functions",)),
-    Mutant("repeats: seeds from the base's train.seed, not the method's", "sweep/run.py",
+    Mutant("repeats: seeds from the base's train.seed, not the method's", "sweep/search.py",
            "get(\"seed\", plan.trains[method].seed))", "get(\"seed\", plan.track.train.seed))", (T_REPEATS,)),
-    Mutant("repeats: a new best after a raised budget never repeated", "sweep/run.py",
-           "    if plan.cfg.repeats == 0:\n        return\n    best = _best_trial(plan, study)",
-           "    if plan.cfg.repeats == 0 or \"repeats_of\" in study.user_attrs:\n        return\n    best = _best_trial(plan, study)", (T_REPEATS,)),
+    Mutant("repeats: a new best after a raised budget never repeated", "sweep/search.py",
+           "    if plan.cfg.repeats == 0:\n        return\n    best = best_trial(plan, study)",
+           "    if plan.cfg.repeats == 0 or \"repeats_of\" in study.user_attrs:\n        return\n    best = best_trial(plan, study)", (T_REPEATS,)),
     Mutant("repeats: a repeat queued twice runs twice", "sweep/workers.py",
            "        return any(t.number < trial.number and counts(t)", "        return False and any(t.number < trial.number",
            ("tests/sweep/test_run.py::test_a_repeat_queued_twice_runs_once",)),
@@ -795,7 +796,13 @@ MUTANTS: list[Mutant] = [
     Mutant("warm start: a resumed sweep still needs the sweep it started from", "sweep/run.py",
            "if cfg.warm_start and not warm else None", "if cfg.warm_start else None", (T_WARM_SKIP,)),
     Mutant("warm start: where the source sweep was is part of what a sweep is", "sweep/run.py",
-           '"trials", "repeats", "warm_start")', '"trials", "repeats")', (T_WARM_SKIP,)),
+           '"trials", "repeats", "warm_start", "queue")', '"trials", "repeats", "queue")', (T_WARM_SKIP,)),
+    Mutant("queue: the queued points are part of what a sweep is", "sweep/run.py",
+           '"repeats", "warm_start", "queue")', '"repeats", "warm_start")', (T_QUEUE,)),
+    Mutant("queue: every worker queues the points again", "sweep/search.py",
+           "if p not in done]", "]", (T_QUEUE,)),
+    Mutant("queue: queued points beyond the budget", "sweep/search.py",
+           "    if len(new) > room:", "    if False:", (T_QUEUE,)),
     Mutant("warm start: a sweep begun cold takes a warm start later", "sweep/search.py",
            "        if WARM_DONE not in study.user_attrs:\n            raise", "        if False:\n            raise",
            (T_SEARCH + "test_a_warm_start_from_another_sweep_or_from_nowhere_is_refused_with_nothing_written",)),
