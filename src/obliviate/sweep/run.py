@@ -191,11 +191,11 @@ def plan_sweep(cfg: SweepConfig) -> SweepPlan:
                                           for d in dims) or "none (each method's base settings)"),
                    "objectives: " + ", ".join(f"{'maximize' if up else 'minimize'} {e.text}" for up, e in objectives)
                    + (f" (search: bar; constraints: {bar.describe()})" if cfg.search == "bar" else "")]
-    for m, points in cfg.queue.items():
-        if str(m) not in methods:
+    for m, points in ((str(k), v) for k, v in cfg.queue.items()):
+        if m not in methods:
             raise ConfigError(f"queue.{m}: no such method in this sweep; its methods: {', '.join(methods)}")
-        plan.queued[str(m)] = [queued_point(dims, p, str(m), i) for i, p in enumerate(points)]
-        plan.lines += [f"queued for {m}: {_describe(p)}" for p in plan.queued[str(m)]]
+        plan.queued[m] = [queued_point(dims, p, m, i) for i, p in enumerate(points)]
+        plan.lines += [f"queued for {m}: {_describe(p)}" for p in plan.queued[m]]
     if cfg.warm_start:
         plan.lines.append(f"warm start: the finished trials of the sweep in {cfg.warm_start}")
     return plan
