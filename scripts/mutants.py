@@ -35,6 +35,9 @@ class Mutant:
 
 
 T_LOOP = ("tests/train/test_loop_math.py",)
+T_CLASH = ("tests/sweep/test_run.py::test_two_workers_that_read_the_study_at_once_run_its_proposal_once",
+           "tests/sweep/test_run.py::test_a_worker_whose_every_draw_clashes_runs_the_point_after_max_clashes",
+           "tests/sweep/test_run.py::test_a_clash_is_a_proposal_held_by_an_earlier_waiting_or_running_trial_or_a_point_taken_by_another")
 T_SYN = ("tests/test_gradients.py",)
 T_OBJ = ("tests/objectives",)
 T_LOGP = ("tests/modeling/test_logprobs.py", "tests/objectives")
@@ -668,6 +671,17 @@ MUTANTS: list[Mutant] = [
            ("tests/eval/test_knowledge.py::test_the_probe_on_the_other_facts_can_be_left_out",)),
     Mutant("sweep: a recipe cut short with its worker is not queued again", "sweep/run.py",
            "            requeue_recipe(s, plan.recipes.get(name))\n", "            pass\n", (T_RECIPE_CUT,)),
+    Mutant("sweep clash: two workers' equal proposals both run", "sweep/workers.py",
+           "    return any(t.number < me.number and t.state in", "    return False and any(t.number < me.number and t.state in",
+           T_CLASH),
+    Mutant("sweep clash: a finished trial's point clashes too", "sweep/workers.py",
+           "t.state in (TrialState.RUNNING, TrialState.WAITING) and not is_repeat(t)",
+           "t.state in (TrialState.RUNNING, TrialState.WAITING, TrialState.COMPLETE) and not is_repeat(t)", T_CLASH),
+    Mutant("sweep clash: a point another worker took is not one", "sweep/workers.py",
+           "    if point is None:\n        return queued", "    if point is None:\n        return False", T_CLASH),
+    Mutant("sweep clash: one dropped, not three", "sweep/workers.py", "MAX_CLASHES = 3", "MAX_CLASHES = 1", T_CLASH),
+    Mutant("sweep clash: the random sampler draws when the trial runs (unseen)", "sweep/search.py",
+           "    else:\n        enqueue_proposal(", "    elif plan.cfg.sampler == \"tpe\":\n        enqueue_proposal(", T_CLASH),
     Mutant("sweep: a second copy of the recipe is not surplus", "sweep/workers.py",
            'if trial.user_attrs.get("recipe") and any(', 'if False and any(', (T_RECIPE_CUT,)),
     Mutant("sweep: a worker with other θ0 weights joins the study", "sweep/workers.py",

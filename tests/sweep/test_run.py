@@ -201,6 +201,7 @@ def test_two_workers_share_one_study_each_trial_once_and_both_contribute(base_fi
     ran = [t for t in trials if "surplus" not in t.user_attrs]
     assert len(ran) == 6 and all(t.state.name == "COMPLETE" for t in ran)
     assert len({t.number for t in trials}) == len(trials)
+    assert len({t.params["train.lr"] for t in ran}) == 6  # two workers that ask at once draw different points
     by_worker = Counter(t.user_attrs["worker"] for t in ran)
     assert sorted(by_worker.values()) == [3, 3], by_worker  # both workers ran trials, neither past its cap
     for i in range(2):  # each worker's own directory holds the report of the shared study
@@ -689,3 +690,79 @@ def test_a_knowledge_tracks_rows_key_follows_the_probes_groups_and_the_held_out_
     assert track().rows_key() == key
     assert len({key, track(forget=("f1", "f3")).rows_key(), track(retain=("r2",)).rows_key(),
                 track(held=("f1",)).rows_key()}) == 4
+
+
+def _other_worker_holds(study, cfg, method, count):
+    """Another worker that read `study` when it held `count` trials: its proposal queued, asked and running."""
+    from obliviate.sweep.search import enqueue_proposal, make_sampler
+    from obliviate.sweep.workers import WORKER
+
+    enqueue_proposal(study, [], plan_sweep(cfg), method, make_sampler(cfg, method, count))
+    other = study.ask()
+    other.set_user_attr("worker", WORKER)  # this process: alive, never stale
+    other.set_user_attr("heartbeat", time.time())
+    return study.get_trials(deepcopy=False)[other.number].system_attrs["fixed_params"]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_two_workers_that_read_the_study_at_once_run_its_proposal_once(base_file, tmp_path, sampler):
+    """Two workers that count a study's trials at the same moment seed their samplers alike and propose one point:
+    the later trial (by number) is dropped before it runs (failed, marked surplus) and its worker draws again at the
+    next count, so the two run different points."""
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods={"NPO": {"forget": "npo", "retain": "nll"}}, trials=2, sampler=sampler)
+    assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0
+    study, _ = _trials(out, "NPO")
+    point = _other_worker_holds(study, cfg, "NPO", count=1)  # this worker will count 1 trial too
+    lines: list[str] = []
+    assert run_sweep(cfg, log=lines.append, max_trials=1)["outcomes"] == {"complete": 1}
+    trials = _trials(out, "NPO")[1]
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "COMPLETE"]
+    assert trials[1].system_attrs["fixed_params"] == point and trials[1].user_attrs["surplus"] is True
+    assert trials[2].params != point and "train.lr" in trials[2].params
+    assert "[NPO #1] another worker drew the same point at the same moment: drawing again" in lines
+
+
+def test_a_worker_whose_every_draw_clashes_runs_the_point_after_max_clashes(base_file, tmp_path):
+    """A space of one point with another worker running it: every draw clashes, so after MAX_CLASHES (3) dropped
+    draws the worker runs the point anyway instead of drawing forever."""
+    out = tmp_path / "sw"
+    cfg = _cfg(base_file, out, methods={"NPO": {"forget": "npo", "retain": "nll"}}, trials=2,
+               space={"train.lr": {"choices": [1e-3]}})
+    assert run_sweep(cfg, log=lambda s: None, max_trials=0)["ran"] == 0
+    study, _ = _trials(out, "NPO")
+    _other_worker_holds(study, cfg, "NPO", count=0)
+    assert run_sweep(cfg, log=lambda s: None, max_trials=1)["outcomes"] == {"complete": 1}
+    states = [t.state.name for t in _trials(out, "NPO")[1]]
+    assert states == ["RUNNING", "FAIL", "FAIL", "FAIL", "COMPLETE"]
+
+
+def test_a_clash_is_a_proposal_held_by_an_earlier_waiting_or_running_trial_or_a_point_taken_by_another():
+    """clash: the later of two equal proposals while the earlier waits or runs (not once it finished: TPE may
+    propose a finished point again); a trial without a point when one waited (another worker took it); never a
+    recipe, a queued point, a repeat (surplus rules those) or a method without dimensions (its one point)."""
+    from optuna.trial import TrialState, create_trial
+
+    from obliviate.sweep.workers import clash
+
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1.0})
+    study.tell(study.ask(), 0.0)  # #0 finished
+    study.enqueue_trial({"x": 1.0})
+    assert not clash(study, study.ask(), queued=True)  # #1: #0 finished
+    study.enqueue_trial({"x": 1.0})
+    assert clash(study, study.ask(), queued=True)  # #2: #1 runs the point
+    study.enqueue_trial({"x": 2.0})
+    assert not clash(study, study.ask(), queued=True)  # another point
+    for attrs in ({"recipe": True}, {"queued": True}, {"repeat_of": 0, "seed": 1}):
+        study.enqueue_trial({"x": 1.0}, user_attrs=attrs)
+        assert not clash(study, study.ask(), queued=True), attrs
+    study.enqueue_trial({"x": 3.0})  # waits (another worker queued it)
+    study.add_trial(create_trial(state=TrialState.RUNNING, system_attrs={"fixed_params": {"x": 3.0}}))
+    assert clash(study, study.get_trials()[-1], queued=True)
+    study.enqueue_trial({})
+    study.add_trial(create_trial(state=TrialState.RUNNING, system_attrs={"fixed_params": {}}))
+    assert not clash(study, study.get_trials()[-1], queued=True)  # both the method's one point
+    study = optuna.create_study()
+    fresh = study.ask()  # nothing waits: no point until it suggests
+    assert clash(study, fresh, queued=True) and not clash(study, fresh, queued=False)

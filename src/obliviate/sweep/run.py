@@ -46,9 +46,11 @@ from obliviate.sweep.space import Dim, grid_size, grid_space, parse_space, queue
 from obliviate.sweep.storage import STORAGE_FILE, open_storage, references_done
 from obliviate.sweep.tracks import Track, load_base, make_track
 from obliviate.sweep.workers import (
+    MAX_CLASHES,
     WORKER,
     Heartbeat,
     check_models,
+    clash,
     counts,
     fail_stale,
     is_repeat,
@@ -439,7 +441,7 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
     retained.record(studies.values(), track)
     log(f"prepared the {track.kind} track in {time.perf_counter() - t0:.0f} s")
     outcomes: dict[str, int] = {}
-    ran = 0
+    ran = clashes = 0
     while max_trials is None or ran < max_trials:
         if start_before_s is not None and time.perf_counter() - t0 >= start_before_s:
             log(f"--start-before {start_before_s:g} s has passed: this worker starts no other trial")
@@ -459,14 +461,19 @@ def run_sweep(cfg: SweepConfig, log: Log = print, storage: str | None = None,
             break
         n = len(studies[method].get_trials(deepcopy=False))
         study = open_study(store, plan, method, make_sampler(cfg, method, n))
-        queue_next(study, plan, method, make_sampler(cfg, method, n))
+        waited = queue_next(study, plan, method, make_sampler(cfg, method, n))
         trial = study.ask()
-        if surplus(study, trial, plan.budget(method)):
+        clashed = clashes < MAX_CLASHES and clash(study, trial, waited)  # drawn again at the next count
+        if surplus(study, trial, plan.budget(method)) or clashed:
             from optuna.trial import TrialState
 
-            trial.set_user_attr("surplus", True)  # never run: another worker took the last trial first
+            trial.set_user_attr("surplus", True)  # never run: another worker took the last trial or point first
             study.tell(trial, state=TrialState.FAIL)
+            clashes += clashed
+            if clashed:
+                log(f"[{method} #{trial.number}] another worker drew the same point at the same moment: drawing again")
             continue
+        clashes = 0
         outcome = run_trial(plan, study, trial, method, log)
         retained.record(studies.values(), track)  # the retain model's scores the trial made, for the others
         outcomes[outcome] = outcomes.get(outcome, 0) + 1

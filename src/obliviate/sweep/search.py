@@ -80,20 +80,23 @@ def grid_point(plan: SweepPlan, study: Any, method: str) -> dict[str, Any] | Non
     return None
 
 
-def queue_next(study: Any, plan: SweepPlan, method: str, sampler: Any) -> None:
+def queue_next(study: Any, plan: SweepPlan, method: str, sampler: Any) -> bool:
     """Before a trial is asked, unless one already waits (a recipe, a repeat: it goes first): queue the grid's next
-    point (sampler grid), or the point TPE proposes from the trials without their repeats (enqueue_proposal)."""
+    point (sampler grid), or the point the sampler proposes from the trials without their repeats (enqueue_proposal;
+    queued, so that a clash with another worker's shows before the trial runs). Whether a trial waits now."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
-        return
+        return True
     if plan.cfg.sampler == "grid":
         point = grid_point(plan, study, method)
-        if point is not None:
-            study.enqueue_trial(point)
-    elif plan.cfg.sampler == "tpe":
+        if point is None:
+            return False
+        study.enqueue_trial(point)
+    else:
         enqueue_proposal(study, trials, plan, method, sampler)
+    return True
 
 
 def enqueue_proposal(study: Any, trials: list, plan: SweepPlan, method: str, sampler: Any) -> None:

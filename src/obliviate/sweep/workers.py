@@ -85,6 +85,27 @@ def is_repeat(trial: Any) -> bool:
     return "repeat_of" in trial.user_attrs
 
 
+MAX_CLASHES = 3  # proposals a worker drops in a row as clashes before it runs one anyway (a space of one point)
+
+
+def clash(study: Any, trial: Any, queued: bool) -> bool:
+    """Two workers that read a study at the same moment seed their samplers alike (make_sampler) and draw the same
+    point: True when the asked `trial` is a proposal whose point (its fixed params) an earlier trial, waiting or
+    running, already holds, or has no point though one waited (`queued`: another worker took it, and this trial's
+    sampler would draw it again). Recipes, queued points and repeats have their own rule (surplus)."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    me = next(t for t in trials if t.number == trial.number)
+    point = me.system_attrs.get("fixed_params")
+    if point is None:
+        return queued
+    if not point or is_repeat(me) or me.user_attrs.get("recipe") or me.user_attrs.get("queued"):
+        return False  # a method without dimensions: every trial is the one point
+    return any(t.number < me.number and t.state in (TrialState.RUNNING, TrialState.WAITING) and not is_repeat(t)
+               and t.system_attrs.get("fixed_params") == point for t in trials)
+
+
 class Heartbeat:
     """A thread that stamps the running trial every few seconds so other workers know it is alive."""
 
