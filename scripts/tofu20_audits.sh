@@ -25,7 +25,8 @@
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]" >&2; exit 2; fi
 case "${SWEEP:-main}" in
-  main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits; retain=retain;;
+  main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits; retain=retain
+        model=runs/tofu20-smollm2-retain90;;  # finetune_retain.yaml's output_dir
   forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; mine=runs/tofu20-forget05-audits; retain=retain95;;
   forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu; mine=runs/tofu20-forget05-asu-audits
                 retain=retain95;;
@@ -33,10 +34,11 @@ case "${SWEEP:-main}" in
                    retain=retain95;;
   *) echo "SWEEP must be main, forget05, forget05_asu or forget05_search, not '$SWEEP'" >&2; exit 2;;
 esac
+[ "$retain" = retain ] || model=runs/tofu20-smollm2-$retain
 ref=(); kept=$snap/audits
 case "${REF0:-unlearned}" in
   unlearned) ;;
-  retain) ref=("audit.retain_model=runs/tofu20-smollm2-$retain"); kept=$snap/audits-retain; mine=$mine-retain;;
+  retain) ref=("audit.retain_model=$model"); kept=$snap/audits-retain; mine=$mine-retain;;
   *) echo "REF0 must be unlearned or retain, not '$REF0'" >&2; exit 2;;
 esac
 seconds=$1; out=${2:-$mine}; jobs=${JOBS:-2}; drain=${DRAIN:-2400}
@@ -50,7 +52,7 @@ python3 -m obliviate finetune --config configs/tofu/smollm2/finetune_target.yaml
 python3 -m obliviate.sweep.machine record "$snap/sweep.db" runs/tofu20-smollm2-target || exit $?
 if [ ${#ref[@]} -gt 0 ]; then  # the 0% reference: the study's retain model (reused when already there)
   python3 -m obliviate finetune --config "configs/tofu/smollm2/finetune_$retain.yaml" || exit $?
-  python3 -m obliviate.sweep.machine retain "$snap/sweep.db" "runs/tofu20-smollm2-$retain" || exit $?  # its weights
+  python3 -m obliviate.sweep.machine retain "$snap/sweep.db" "$model" || exit $?  # its weights
 fi
 for done in "$kept"/*/best.yaml; do  # the committed audits, unless this folder has its own
   [ -e "$done" ] || continue
