@@ -25,8 +25,7 @@
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: bash scripts/tofu20_audits.sh SECONDS [OUTPUT_DIR]" >&2; exit 2; fi
 case "${SWEEP:-main}" in
-  main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits; retain=retain
-        model=runs/tofu20-smollm2-retain90;;  # finetune_retain.yaml's output_dir
+  main) snap=docs/sweeps/smollm2_tofu20_cpu; mine=runs/tofu20-audits; retain=retain;;
   forget05) snap=docs/sweeps/smollm2_tofu20_forget05_cpu; mine=runs/tofu20-forget05-audits; retain=retain95;;
   forget05_asu) snap=docs/sweeps/smollm2_tofu20_forget05_asu_cpu; mine=runs/tofu20-forget05-asu-audits
                 retain=retain95;;
@@ -34,7 +33,7 @@ case "${SWEEP:-main}" in
                    retain=retain95;;
   *) echo "SWEEP must be main, forget05, forget05_asu or forget05_search, not '$SWEEP'" >&2; exit 2;;
 esac
-[ "$retain" = retain ] || model=runs/tofu20-smollm2-$retain
+model=$(sed -n 's/^output_dir: *//p' "configs/tofu/smollm2/finetune_$retain.yaml" 2>/dev/null)  # where it writes
 ref=(); kept=$snap/audits
 case "${REF0:-unlearned}" in
   unlearned) ;;
